@@ -1,0 +1,47 @@
+"""Plugin configuration from the environment, and the port each scheduler process binds."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PORT_ENV = "MCINSPECT_PORT"
+HOST_ENV = "MCINSPECT_HOST"
+TOKEN_ENV = "MCINSPECT_TOKEN"
+LOOPBACK = "127.0.0.1"
+PORTS_PER_PROCESS = 2
+"""Each scheduler process binds a request port and, next to it, a stream port."""
+
+
+class ConfigError(Exception):
+    """The environment asks for something unsafe or malformed."""
+
+
+@dataclass(frozen=True)
+class HooksConfig:
+    """Where the hooks of this engine listen."""
+
+    base_port: int
+    host: str = LOOPBACK
+    token: str = ""
+
+    @classmethod
+    def from_env(cls) -> HooksConfig | None:
+        """None when MCINSPECT_PORT is unset: the plugin then registers nothing."""
+        raw_port = os.environ.get(PORT_ENV)
+        if not raw_port:
+            return None
+        try:
+            port = int(raw_port)
+        except ValueError:
+            raise ConfigError(f"{PORT_ENV}={raw_port!r} is not a port number") from None
+        host = os.environ.get(HOST_ENV, LOOPBACK)
+        token = os.environ.get(TOKEN_ENV, "")
+        if host not in (LOOPBACK, "localhost", "::1") and not token:
+            raise ConfigError(f"{HOST_ENV}={host} binds beyond loopback; set {TOKEN_ENV} as well")
+        return cls(base_port=port, host=host, token=token)
+
+    def request_port(self, *, tp_rank: int, tp_size: int, pp_rank: int, pp_size: int, dp_rank: int) -> int:
+        """base + 2 * (global rank); global rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank."""
+        rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank
+        return self.base_port + PORTS_PER_PROCESS * rank

@@ -1,0 +1,130 @@
+"""Start the real sglang.Engine on the CPU with the tiny Qwen3-Next (the embedded engine)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from . import patches
+from .tiny_model import ensure_tiny_model
+
+STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")
+"""`--mamba-radix-cache-strategy` values the embedded engine accepts."""
+
+
+class EngineStartError(Exception):
+    """The embedded engine could not start; the message says why in one line."""
+
+
+class EngineDied(Exception):
+    """An engine process failed; sglang's log above holds its traceback."""
+
+
+@dataclass(frozen=True)
+class EmbeddedEngineConfig:
+    """What the embedded engine runs with. Overlap scheduling stays on, as on GPU servers."""
+
+    strategy: str = "extra_buffer"
+    page_size: int = 16
+    seed: int = 0
+    max_running_requests: int = 8
+    max_total_tokens: int = 3072
+    mamba_slots: int = 32  # small on purpose: the workload must force evictions
+    chunked_prefill_size: int = 128
+    overlap: bool = True
+    """Overlap scheduling where the strategy allows it (sglang refuses it with no_buffer)."""
+    log_level: str = "error"
+    inspector_port: int | None = None
+
+
+    @property
+    def effective_overlap(self) -> bool:
+        return self.overlap and self.strategy != "no_buffer"
+
+
+def validate(config: EmbeddedEngineConfig) -> None:
+    """Reject what would fail only after seconds of start-up, with the fix in the message."""
+    if config.strategy not in STRATEGIES:
+        raise EngineStartError(f"unknown strategy {config.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if config.page_size < 1:
+        raise EngineStartError(f"page size must be >= 1, got {config.page_size}")
+    if config.strategy == "extra_buffer_lazy" and not config.overlap:
+        raise EngineStartError("extra_buffer_lazy needs overlap scheduling (sglang refuses it otherwise); drop --no-overlap")
+    if config.inspector_port is not None:
+        ensure_port_free(config.inspector_port)
+
+
+def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Raise EngineStartError if `host:port` cannot be bound right now."""
+    if not 1 <= port <= 65535:
+        raise EngineStartError(f"port {port} is out of range 1-65535")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise EngineStartError(f"port {port} on {host} is in use ({exc.strerror}); pick another with --port") from None
+
+
+def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, Any]:
+    """sglang.Engine keyword arguments for `config`."""
+    return dict(
+        model_path=model_path,
+        device="cpu",
+        skip_tokenizer_init=True,  # token ids in and out: the tiny model has no tokenizer
+        load_format="safetensors",
+        random_seed=config.seed,
+        max_total_tokens=config.max_total_tokens,
+        max_mamba_cache_size=config.mamba_slots,
+        max_running_requests=config.max_running_requests,
+        chunked_prefill_size=config.chunked_prefill_size,
+        mamba_radix_cache_strategy=config.strategy,
+        page_size=config.page_size,
+        disable_overlap_schedule=not config.effective_overlap,
+        disable_cuda_graph=True,
+        log_level=config.log_level,
+        # sglang's default handler SIGKILLs this whole process tree when a child fails;
+        # raising instead lets the caller clean up and report in one line.
+        custom_sigquit_handler=_raise_engine_died,
+    )
+
+
+def _raise_engine_died(signum: int, frame: Any) -> None:
+    raise EngineDied("an sglang engine process failed; its traceback is in the log above")
+
+
+def start_engine(config: EmbeddedEngineConfig) -> Any:
+    """Start and return a sglang.Engine; raise EngineStartError with sglang's reason."""
+    validate(config)
+    os.environ[patches.ENV_FLAG] = "1"  # reaches the scheduler processes sglang spawns
+    if config.inspector_port is not None:
+        os.environ["MCINSPECT_PORT"] = str(config.inspector_port)
+    patches.install()  # before the first sglang import in this process
+    model_path = ensure_tiny_model()
+    import sglang
+    from sglang.srt.utils import kill_process_tree
+
+    logging.getLogger("sglang.srt.entrypoints.engine").addFilter(_DropSigquitNotice())
+    try:
+        return sglang.Engine(**engine_kwargs(config, str(model_path)))
+    except BaseException as exc:
+        kill_process_tree(os.getpid(), include_parent=False)  # no half-started engine left behind
+        if isinstance(exc, (AssertionError, ValueError)):
+            raise EngineStartError(f"sglang refused the configuration: {_first_line(exc)}") from exc
+        if isinstance(exc, RuntimeError):
+            raise EngineStartError(f"the engine failed to start: {_first_line(exc)}") from exc
+        raise
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class _DropSigquitNotice(logging.Filter):
+    """sglang logs its use of our SIGQUIT handler at error level; it is not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Using custom SIGQUIT handler")

@@ -1,0 +1,220 @@
+"""Every change the embedded CPU engine makes to sglang 0.5.23, each with its reason.
+
+This is the one place where mcinspect alters sglang. It runs only in processes of the
+embedded CPU engine: the launcher calls `install()` in its own process and sets
+MCINSPECT_CPU_ENGINE=1 for the scheduler processes sglang spawns, where
+`mcinspect_cpu_engine.pth` calls `install()` at interpreter start, before sglang is imported.
+In a GPU engine where mcinspect is merely installed, the variable is unset and nothing here
+runs. The patches make sglang *run* on a plain CPU; none of them touches the cache logic
+that mcinspect inspects.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+ENV_FLAG = "MCINSPECT_CPU_ENGINE"
+"""Set to "1" in the embedded CPU engine's processes; nothing is patched otherwise."""
+
+# Environment sglang itself reads. Reason: `is_cpu()` is False unless this is set, and the
+# CUDA code paths then import vllm and CUDA kernels.
+SGLANG_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
+
+
+def _post_import_patches() -> dict[str, dict[str, Any]]:
+    """Module -> {attribute: replacement}, applied right after the module executes."""
+    from mcinspect_kernels.cpu_ops import TRITON_REPLACEMENTS
+
+    patches: dict[str, dict[str, Any]] = {
+        # Reason: extra_buffer is refused on CPU by a platform check, yet the CPU engine runs
+        # its state tracking fine with the torch ops below; mcinspect needs that strategy.
+        "sglang.srt.arg_groups.mamba_hook": {"_platform_supports_mamba_cache_extra_buffer": _true},
+        # Reason: gated RMSNorm takes the sgl_kernel CPU op only on AMX hosts, else a Triton
+        # kernel that needs a GPU; our torch op stands in for the CPU op on every host.
+        "sglang.kernels.ops.attention.fla.fused_norm_gate": {"_use_cpu": True},
+        "sglang.kernels.ops.attention.fla.layernorm_gated": {"_use_cpu": True},
+    }
+    # Reason: mamba state-tracking copies and the MoE shared-expert gate are Triton-only on
+    # a non-AMX CPU; torch versions with the same signatures replace them.
+    for module, attrs in TRITON_REPLACEMENTS.items():
+        patches.setdefault(module, {}).update(attrs)
+    return patches
+
+
+def _true() -> bool:
+    return True
+
+
+def install() -> None:
+    """Apply every patch in this process (idempotent)."""
+    if getattr(install, "done", False):
+        return
+    install.done = True  # type: ignore[attr-defined]
+    os.environ.update(SGLANG_ENV)
+    # Reason: PyPI's torchvision links libtorch_cuda and cannot load beside CPU torch, yet
+    # sglang imports torchvision.transforms on the mem_cache import path.
+    sys.meta_path.insert(0, _StubPackageFinder("torchvision"))
+    # Reason: PyPI's sglang-kernel has CUDA builds only; sglang's CPU path imports its CPU
+    # ops from `sgl_kernel.mamba` and `torch.ops.sgl_kernel`.
+    _install_sgl_kernel_cpu_ops()
+    patches = _post_import_patches()
+    for module_name in patches.keys() & sys.modules.keys():  # imported before install()
+        _set_attributes(sys.modules[module_name], patches.pop(module_name))
+    sys.meta_path.insert(0, _PostImportPatcher(patches))
+    _disable_pin_memory_without_accelerator()
+    # Reason: on CPU sglang warns at import that CUDA-only quantization and Triton paths are
+    # unavailable; expected here, and repeated by every engine process.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")
+
+
+def _disable_pin_memory_without_accelerator() -> None:
+    # Reason: on CPU-only torch Tensor.pin_memory() raises "Cannot access accelerator
+    # device", and schedule_batch calls it unconditionally under extra_buffer. Pinning has
+    # no meaning without an accelerator, so returning the tensor itself is exact.
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+
+
+def _install_sgl_kernel_cpu_ops() -> None:
+    import torch
+
+    from mcinspect_kernels.cpu_ops import SGL_KERNEL_MAMBA_OPS, SGL_KERNEL_TORCH_OPS
+
+    package = _MissingOpModule("sgl_kernel", {})
+    package.__path__ = []  # a package, so `sgl_kernel.mamba` resolves as its submodule
+    package.__version__ = "0.0.0+mcinspect-cpu"
+    mamba = _MissingOpModule("sgl_kernel.mamba", SGL_KERNEL_MAMBA_OPS)
+    package.mamba = mamba
+    sys.modules["sgl_kernel"] = package
+    sys.modules["sgl_kernel.mamba"] = mamba
+    torch.ops.__dict__["sgl_kernel"] = _TorchOpsNamespace(SGL_KERNEL_TORCH_OPS)
+
+
+class _MissingOpModule(types.ModuleType):
+    """A module whose known ops are ours; any other attribute is a function that raises.
+
+    sglang imports many sgl_kernel names at module import time on paths the tiny CPU model
+    never calls; importing must succeed, calling must fail loudly.
+    """
+
+    def __init__(self, name: str, ops: dict[str, Callable[..., Any]]) -> None:
+        super().__init__(name)
+        self.__dict__.update(ops)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _missing_op(f"{self.__name__}.{name}")
+
+
+class _TorchOpsNamespace:
+    """Stands in for `torch.ops.sgl_kernel`: our torch ops, AttributeError for the rest."""
+
+    def __init__(self, ops: dict[str, Callable[..., Any]]) -> None:
+        self._ops = ops
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        try:
+            return self._ops[name]
+        except KeyError:
+            raise AttributeError(f"torch.ops.sgl_kernel.{name}: not provided by the mcinspect CPU engine") from None
+
+
+def _missing_op(qualname: str) -> Callable[..., Any]:
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"{qualname} was called, but the mcinspect CPU engine has no CPU version of it; "
+            "add one to kernels/cpu_ops/ if this model needs it"
+        )
+
+    missing.__name__ = qualname.rsplit(".", 1)[-1]
+    return missing
+
+
+class _StubPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves `<name>` and its submodules to permissive stubs (see install())."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname == self.name or fullname.startswith(self.name + "."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _PermissiveModule(spec.name)
+        module.__path__ = []
+        module.__version__ = "0.0.0+mcinspect-stub"
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+class _Permissive:
+    """Any attribute, call or base-class use succeeds; used only at import time by sglang."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Permissive:
+        return _Permissive()
+
+    def __getattr__(self, name: str) -> _Permissive:
+        return _Permissive()
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        return (object,)
+
+
+class _PermissiveModule(types.ModuleType):
+    def __getattr__(self, name: str) -> _Permissive:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Permissive()
+
+
+def _set_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
+    for name, value in attrs.items():
+        if not hasattr(module, name):  # sglang moved it: fail loudly rather than run unpatched
+            raise AttributeError(f"mcinspect CPU engine: {module.__name__}.{name} is gone; the patch needs updating")
+        setattr(module, name, value)
+
+
+class _PostImportPatcher(importlib.abc.MetaPathFinder):
+    """Sets attributes on a module right after it executes, before anyone imports from it."""
+
+    def __init__(self, patches: dict[str, dict[str, Any]]) -> None:
+        self.patches = patches
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        attrs = self.patches.get(fullname)
+        if attrs is None:
+            return None
+        sys.meta_path.remove(self)  # let the normal finders locate the real module
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        run_module = spec.loader.exec_module
+
+        def exec_then_patch(module: types.ModuleType) -> None:
+            run_module(module)
+            _set_attributes(module, attrs)
+
+        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
+        return spec

@@ -1,0 +1,95 @@
+"""A deterministic workload that exercises the mamba prefix cache.
+
+Requests come in waves; each wave is one `Engine.generate` call with several prompts, so its
+requests run concurrently (shared prefill batches, interleaved decodes). The mix covers what
+the cache must get right: shared system prefixes, multi-turn conversations whose previous
+output becomes the next prefix, branches cut from the middle of an earlier prompt (unaligned
+with pages and chunks), long prompts that go through chunked prefill, and a stream of unrelated
+prompts that fills the pools and forces evictions. Everything derives from the seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+FIRST_TOKEN = 3
+"""Token ids below this are bos/eos/pad in the tiny model and never appear in prompts."""
+
+KINDS = ("shared-prefix", "multi-turn", "branch", "chunked", "pressure")
+"""Request kinds, in the order the workload cycles through them."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One prompt to send: token ids, how many tokens to generate, and why it exists."""
+
+    input_ids: list[int]
+    max_new_tokens: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    """Size knobs; defaults suit the tiny CPU engine (a few hundred tokens per request)."""
+
+    vocab_size: int = 512
+    system_prompt_len: int = 72
+    system_prompts: int = 3
+    wave_size: int = 4
+    max_new_tokens: int = 12
+    chunked_prompt_len: int = 300
+    max_context: int = 1024
+
+
+@dataclass
+class Workload:
+    """Yields waves of requests; results of a wave feed the multi-turn and branch requests."""
+
+    seed: int
+    total_requests: int
+    shape: WorkloadShape = field(default_factory=WorkloadShape)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._system_prompts = [self._tokens(self.shape.system_prompt_len) for _ in range(self.shape.system_prompts)]
+        self._history: list[list[int]] = []  # full conversations so far: prompt + output
+        self._issued = 0
+
+    def waves(self) -> Iterator[list[RequestSpec]]:
+        """Yield waves until `total_requests` are issued; call `record` between waves."""
+        kind_index = 0
+        while self._issued < self.total_requests:
+            kind = KINDS[kind_index % len(KINDS)]
+            kind_index += 1
+            count = min(self.shape.wave_size, self.total_requests - self._issued)
+            wave = [self._make(kind) for _ in range(count)]
+            self._issued += len(wave)
+            yield wave
+
+    def record(self, wave: list[RequestSpec], output_ids: list[list[int]]) -> None:
+        """Remember what the engine answered, for later multi-turn and branch requests."""
+        for spec, out in zip(wave, output_ids, strict=True):
+            self._history.append(spec.input_ids + out)
+
+    def _make(self, kind: str) -> RequestSpec:
+        shape = self.shape
+        if kind == "multi-turn" and self._history:
+            prompt = self._rng.choice(self._history) + self._tokens(self._rng.randint(3, 17))
+        elif kind == "branch" and self._history:
+            source = self._rng.choice(self._history)
+            cut = self._rng.randint(len(source) // 3, max(len(source) // 3, len(source) - 1))
+            prompt = source[:cut] + self._tokens(self._rng.randint(1, 9))
+        elif kind == "chunked":
+            prompt = self._rng.choice(self._system_prompts) + self._tokens(shape.chunked_prompt_len)
+        elif kind == "pressure":
+            prompt = self._tokens(self._rng.randint(40, 160))
+        else:  # shared-prefix, and the fallback before any history exists
+            kind = "shared-prefix"
+            prompt = self._rng.choice(self._system_prompts) + self._tokens(self._rng.randint(1, 23))
+        prompt = prompt[-(shape.max_context - shape.max_new_tokens) :]
+        return RequestSpec(input_ids=prompt, max_new_tokens=shape.max_new_tokens, kind=kind)
+
+    def _tokens(self, n: int) -> list[int]:
+        return [self._rng.randrange(FIRST_TOKEN, self.shape.vocab_size) for _ in range(n)]

@@ -1,0 +1,71 @@
+"""Counters of one scheduler process, updated from hooks (cheap: O(running requests) a step)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from mcinspect.schema import SCHEMA_VERSION, SlotLayout, Stats
+
+
+class StatsCollector:
+    """Reads the scheduler at step boundaries; `snapshot()` may be called from another thread."""
+
+    def __init__(self, mamba_pool_size: int) -> None:
+        self._lock = threading.Lock()
+        self.mamba_pool_size = mamba_pool_size
+        self.step = 0
+        self.slots_in_use = 0
+        self.slots_peak = 0
+        self.evicted_mamba_slots = 0
+        self.evicted_tokens = 0
+        self.slots_per_request: Counter[int] = Counter()
+        self.example_layouts: dict[int, SlotLayout] = {}
+
+    def on_step(self, scheduler: Any) -> None:
+        """After `process_batch_result`: pool occupancy and each running request's slots."""
+        allocator = scheduler.req_to_token_pool.mamba_allocator
+        in_use = self.mamba_pool_size - allocator.available_size()
+        layouts = [_layout(req) for req in scheduler.running_batch.reqs]
+        with self._lock:
+            self.step += 1
+            self.slots_in_use = in_use
+            self.slots_peak = max(self.slots_peak, in_use)
+            for layout in layouts:
+                if layout is None:
+                    continue
+                held = 1 + len(layout.ping_pong)
+                self.slots_per_request[held] += 1
+                self.example_layouts.setdefault(held, layout)
+
+    def on_evict(self, result: Any) -> None:
+        """After `UnifiedRadixCache.evict` / `evict_for_alloc`: what the eviction freed."""
+        with self._lock:
+            self.evicted_mamba_slots += result.mamba_num_evicted
+            self.evicted_tokens += result.num_tokens_evicted
+
+    def snapshot(self, hook_errors: int) -> Stats:
+        with self._lock:
+            return Stats(
+                schema_version=SCHEMA_VERSION,
+                step=self.step,
+                mamba_pool_size=self.mamba_pool_size,
+                mamba_slots_in_use=self.slots_in_use,
+                mamba_slots_peak=self.slots_peak,
+                evicted_mamba_slots=self.evicted_mamba_slots,
+                evicted_tokens=self.evicted_tokens,
+                hook_errors=hook_errors,
+                slots_per_request=dict(self.slots_per_request),
+                example_layouts=[self.example_layouts[k] for k in sorted(self.example_layouts)],
+            )
+
+
+def _layout(req: Any) -> SlotLayout | None:
+    kv = req.kv
+    if kv.mamba_pool_idx is None:
+        return None
+    ping_pong = []
+    if kv.mamba_ping_pong_track_buffer is not None:
+        ping_pong = [int(s) for s in kv.mamba_ping_pong_track_buffer.tolist() if int(s) >= 0]
+    return SlotLayout(rid=req.rid, working=int(kv.mamba_pool_idx.reshape(-1)[0]), ping_pong=ping_pong)

@@ -1,0 +1,1 @@
+"""mcinspect kernels: slot fingerprint/state-distance kernels (later) and torch CPU ops."""

@@ -1,0 +1,4 @@
+from mcinspect.cli import app
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,105 @@
+"""`mcinspect demo`: the embedded CPU engine driven by the cache workload, with a summary."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, start_engine
+from mcinspect_engine_hooks.cpu_engine.workload import Workload
+
+from .client import request
+from .schema import SCHEMA_VERSION, GetStats, Stats
+from .target import Target
+
+
+@dataclass
+class DemoSummary:
+    """What one demo run did; printed by the CLI, asserted on by the tests."""
+
+    strategy: str
+    page_size: int
+    overlap: bool
+    seed: int
+    engine_start_s: float
+    workload_s: float = 0.0
+    requests: int = 0
+    waves: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    requests_with_hits: int = 0
+    cached_by_kind: dict[str, int] = field(default_factory=dict)
+    output_digest: str = ""
+    stats: Stats | None = None
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def generated_tokens_per_s(self) -> float:
+        return self.generated_tokens / self.workload_s if self.workload_s else 0.0
+
+    @property
+    def processed_tokens_per_s(self) -> float:
+        """Prompt tokens actually computed (not served from cache) plus generated tokens, per second."""
+        computed = self.prompt_tokens - self.cached_tokens + self.generated_tokens
+        return computed / self.workload_s if self.workload_s else 0.0
+
+
+def run_demo(
+    config: EmbeddedEngineConfig,
+    requests: int,
+    on_engine_started: Callable[[float], None] = lambda seconds: None,
+    on_wave_done: Callable[[int], None] = lambda done: None,
+) -> DemoSummary:
+    """Start the embedded engine, run the workload, collect the summary, shut down."""
+    started = time.perf_counter()
+    engine = start_engine(config)
+    try:
+        summary = DemoSummary(
+            strategy=config.strategy,
+            page_size=config.page_size,
+            overlap=config.effective_overlap,
+            seed=config.seed,
+            engine_start_s=time.perf_counter() - started,
+        )
+        on_engine_started(summary.engine_start_s)
+        _drive(engine, Workload(seed=config.seed, total_requests=requests), summary, on_wave_done)
+        if config.inspector_port is not None:
+            reply = request(Target("127.0.0.1", config.inspector_port), GetStats(schema_version=SCHEMA_VERSION))
+            summary.stats = reply if isinstance(reply, Stats) else None
+        return summary
+    finally:
+        engine.shutdown()
+
+
+def _drive(engine: Any, workload: Workload, summary: DemoSummary, on_wave_done: Callable[[int], None]) -> None:
+    digest = hashlib.sha256()
+    began = time.perf_counter()
+    for wave in workload.waves():
+        outputs = engine.generate(
+            input_ids=[spec.input_ids for spec in wave],
+            sampling_params=[
+                {"max_new_tokens": spec.max_new_tokens, "temperature": 0.0, "ignore_eos": True} for spec in wave
+            ],
+        )
+        output_ids = [list(out["output_ids"]) for out in outputs]
+        workload.record(wave, output_ids)
+        for spec, out, ids in zip(wave, outputs, output_ids, strict=True):
+            cached = int(out["meta_info"].get("cached_tokens", 0))
+            summary.prompt_tokens += len(spec.input_ids)
+            summary.cached_tokens += cached
+            summary.requests_with_hits += cached > 0
+            summary.cached_by_kind[spec.kind] = summary.cached_by_kind.get(spec.kind, 0) + cached
+            summary.generated_tokens += len(ids)
+            digest.update(repr(ids).encode())
+        summary.requests += len(wave)
+        summary.waves += 1
+        on_wave_done(summary.requests)
+    summary.workload_s = time.perf_counter() - began
+    summary.output_digest = digest.hexdigest()[:16]

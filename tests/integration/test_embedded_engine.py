@@ -1,0 +1,133 @@
+"""The real sglang engine on the CPU, driven through `mcinspect demo` as a user runs it.
+
+Each run is a separate `mcinspect demo --json` process (sglang keeps process-global state, so
+engines do not share an interpreter). A tag in the environment marks every process a run
+starts, so the tests can prove that none is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+MCINSPECT = str(Path(sys.executable).parent / "mcinspect")
+REQUESTS = 40
+
+
+@dataclass
+class DemoRun:
+    returncode: int
+    summary: dict[str, Any] | None
+    stderr: str
+    leftovers: list[str]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tagged_processes(tag: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        try:
+            if proc.environ().get("MCINSPECT_TEST_TAG") == tag:
+                found.append(f"{proc.pid} {proc.info['name']}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def run_demo(*args: str, timeout: float = 400) -> DemoRun:
+    tag = uuid.uuid4().hex
+    env = os.environ | {"MCINSPECT_TEST_TAG": tag}
+    command = [MCINSPECT, "demo", "--json", "--port", str(_free_port()), *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    summary = json.loads(done.stdout) if done.returncode == 0 else None
+    return DemoRun(done.returncode, summary, done.stderr, _tagged_processes(tag))
+
+
+_runs: dict[tuple[str, ...], DemoRun] = {}
+
+
+def cached_run(*args: str) -> DemoRun:
+    """One engine run per configuration, shared by the tests that read it."""
+    if args not in _runs:
+        _runs[args] = run_demo(*args, "--requests", str(REQUESTS))
+    return _runs[args]
+
+
+CONFIGS = {
+    "no_buffer-p1": ("--strategy", "no_buffer", "--page-size", "1"),
+    "extra_buffer-p1": ("--strategy", "extra_buffer", "--page-size", "1"),
+    "extra_buffer-p16": ("--strategy", "extra_buffer", "--page-size", "16"),
+    "extra_buffer_lazy-p16": ("--strategy", "extra_buffer_lazy", "--page-size", "16"),
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_workload_runs_hits_the_cache_and_shuts_down_clean(name: str) -> None:
+    run = cached_run(*CONFIGS[name])
+    assert run.returncode == 0, run.stderr[-4000:]
+    summary = run.summary
+    assert summary["requests"] == REQUESTS
+    assert summary["generated_tokens"] == REQUESTS * 12
+    # no_buffer caches a state only where a request ends: the next turn of a conversation hits
+    assert summary["cached_by_kind"]["multi-turn"] > 0
+    if name != "no_buffer-p1":  # extra_buffer tracks states inside the prompt: shared prefixes hit
+        assert summary["cached_by_kind"]["shared-prefix"] > 0
+        assert summary["cached_by_kind"]["chunked"] > 0
+    stats = summary["stats"]
+    assert stats["hook_errors"] == 0
+    assert stats["step"] > 0 and 0 < stats["mamba_slots_peak"] <= stats["mamba_pool_size"]
+    assert run.leftovers == [], f"engine processes left behind: {run.leftovers}"
+
+
+def test_extra_buffer_with_overlap_gives_each_request_two_ping_pong_slots() -> None:
+    run = cached_run(*CONFIGS["extra_buffer-p16"])
+    assert run.summary["overlap"] is True
+    stats = run.summary["stats"]
+    assert set(stats["slots_per_request"]) == {"3"}  # working + ping-pong 0 + ping-pong 1
+    layout = stats["example_layouts"][0]
+    slots = [layout["working"], *layout["ping_pong"]]
+    assert len(layout["ping_pong"]) == 2 and len(set(slots)) == 3 and 0 not in slots
+
+
+def test_no_buffer_holds_only_a_working_slot() -> None:
+    stats = cached_run(*CONFIGS["no_buffer-p1"]).summary["stats"]
+    assert set(stats["slots_per_request"]) == {"1"}
+    assert stats["example_layouts"][0]["ping_pong"] == []
+
+
+def test_pressure_forces_evictions() -> None:
+    stats = cached_run(*CONFIGS["extra_buffer-p16"]).summary["stats"]
+    assert stats["evicted_mamba_slots"] > 0
+
+
+def test_same_seed_same_outputs() -> None:
+    first = cached_run(*CONFIGS["extra_buffer-p16"])
+    again = run_demo(*CONFIGS["extra_buffer-p16"], "--requests", str(REQUESTS))
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.summary["output_digest"] == first.summary["output_digest"]
+    assert again.summary["cached_tokens"] == first.summary["cached_tokens"]
+
+
+def test_config_sglang_refuses_is_one_line_exit_2_and_nothing_left() -> None:
+    run = run_demo("--strategy", "no_buffer", "--page-size", "16", timeout=120)
+    assert run.returncode == 2
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "page_size=1" in last
+    assert run.leftovers == []

@@ -1,0 +1,41 @@
+"""CLI input errors: one line on stderr, exit code 2, and no engine started."""
+
+from __future__ import annotations
+
+import socket
+
+from typer.testing import CliRunner
+
+from mcinspect.cli import app
+
+runner = CliRunner()
+
+
+def test_unknown_strategy_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["demo", "--strategy", "ping_pong"])
+    assert result.exit_code == 2
+    assert "ping_pong" in result.output and "extra_buffer" in result.output
+
+
+def test_port_in_use_fails_fast_with_the_fix() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = runner.invoke(app, ["demo", "--port", str(port)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith("error:") and f"port {port}" in lines[-1] and "--port" in lines[-1]
+
+
+def test_help_teaches_the_options() -> None:
+    result = runner.invoke(app, ["demo", "--help"])
+    assert result.exit_code == 0
+    for option in ("--strategy", "--page-size", "--seed", "--requests", "--headless"):
+        assert option in result.output
+
+
+def test_lazy_without_overlap_is_refused_before_start() -> None:
+    result = runner.invoke(app, ["demo", "--strategy", "extra_buffer_lazy", "--no-overlap"])
+    assert result.exit_code == 2
+    assert "needs overlap" in result.output.strip().splitlines()[-1]

@@ -1,0 +1,42 @@
+"""Where the hooks listen: off by default, loopback by default, one port pair per rank."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcinspect_engine_hooks.config import ConfigError, HooksConfig
+
+
+def test_off_unless_port_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MCINSPECT_PORT", raising=False)
+    assert HooksConfig.from_env() is None
+
+
+def test_loopback_by_default_and_remote_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCINSPECT_PORT", "7000")
+    monkeypatch.delenv("MCINSPECT_HOST", raising=False)
+    monkeypatch.delenv("MCINSPECT_TOKEN", raising=False)
+    assert HooksConfig.from_env() == HooksConfig(base_port=7000, host="127.0.0.1")
+    monkeypatch.setenv("MCINSPECT_HOST", "0.0.0.0")
+    with pytest.raises(ConfigError, match="MCINSPECT_TOKEN"):
+        HooksConfig.from_env()
+    monkeypatch.setenv("MCINSPECT_TOKEN", "s3cret")
+    assert HooksConfig.from_env() == HooksConfig(base_port=7000, host="0.0.0.0", token="s3cret")
+
+
+def test_malformed_port_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCINSPECT_PORT", "77x")
+    with pytest.raises(ConfigError, match="not a port"):
+        HooksConfig.from_env()
+
+
+def test_every_rank_gets_its_own_port_pair() -> None:
+    config = HooksConfig(base_port=7000)
+    ports = {
+        config.request_port(tp_rank=tp, tp_size=2, pp_rank=pp, pp_size=2, dp_rank=dp)
+        for tp in range(2)
+        for pp in range(2)
+        for dp in range(2)
+    }
+    assert ports == set(range(7000, 7016, 2))
+    assert config.request_port(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, dp_rank=0) == 7000
