@@ -1,45 +1,127 @@
-"""Everything mcinspect keeps in one scheduler process: stats and the request server."""
+"""Everything mcinspect keeps in one scheduler process: capture, seq, stream, request socket.
+
+The scheduler thread calls `on_step` at each step boundary; it captures what changed, numbers
+it and hands it to the publisher's queue (never waits). The request thread serves snapshots
+from the same state under the same lock, so a snapshot's `seq` is exactly the last delta it
+includes.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+import threading
 from typing import Any
 
-from mcinspect.schema import SCHEMA_VERSION, EngineInfo
+import msgspec
 
+from mcinspect.schema import SCHEMA_VERSION, Counters, EngineInfo, Seq, Snapshot, Stats, Step
+
+from .capture import Capture
 from .config import HooksConfig
+from .contents import ContentCapture
+from .events import EventSink
 from .guard import ErrorCounter
+from .publisher import Publisher
+from .self_check import SelfCheck
 from .server import RequestServer
 from .stats import StatsCollector
+from .verify import RecomputeVerifier
+
+logger = logging.getLogger("mcinspect.engine_hooks")
 
 
-@dataclass
 class Inspector:
-    port: int
-    stats: StatsCollector
-    server: RequestServer
+    """One per scheduler process; built in the AFTER hook of `Scheduler.__init__`."""
 
-    @classmethod
-    def start(cls, scheduler: Any, config: HooksConfig, errors: ErrorCounter) -> Inspector:
+    def __init__(self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink) -> None:
         from sglang.srt.runtime_context import get_parallel
 
         parallel = get_parallel()
-        port = config.request_port(
-            tp_rank=parallel.tp_rank,
-            tp_size=parallel.tp_size,
-            pp_rank=parallel.pp_rank,
-            pp_size=parallel.pp_size,
-            dp_rank=parallel.dp_rank or 0,
+        dp_rank = parallel.dp_rank or 0
+        self.port = config.request_port(
+            tp_rank=parallel.tp_rank, tp_size=parallel.tp_size, pp_rank=parallel.pp_rank, pp_size=parallel.pp_size, dp_rank=dp_rank
         )
-        info = engine_info(scheduler, port, tp_rank=parallel.tp_rank, dp_rank=parallel.dp_rank or 0)
-        stats = StatsCollector(mamba_pool_size=info.mamba_pool_size)
-        server = RequestServer(config.host, port, config.token, info, lambda: stats.snapshot(errors.total))
-        server.start()
-        return cls(port=port, stats=stats, server=server)
+        self.errors = errors
+        self.sink = sink
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._step = 0
+        self.capture = Capture(scheduler, sink)
+        self.capture.full_state(Step(0))
+        self.contents = ContentCapture(scheduler)
+        self.verifier = RecomputeVerifier.from_env(scheduler)  # T2, MCINSPECT_VERIFY_RECOMPUTE=1
+        self.self_check = SelfCheck.from_env()
+        self.stats = StatsCollector(mamba_pool_size=self.capture.size)
+        self.publisher = Publisher(config.host, self.port + 1)
+        info = engine_info(
+            scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank
+        )
+        self.server = RequestServer(
+            config.host,
+            self.port,
+            token=config.token,
+            info=info,
+            snapshot=self.snapshot,
+            history=self.publisher.history_after,
+            stats=self.stats_reply,
+        )
+        self.publisher.start()
+        self.server.start()
+
+    def on_step(self, scheduler: Any, batch: Any) -> None:
+        """After `process_batch_result`: capture, number and publish this step's delta."""
+        self._step += 1
+        step = Step(self._step)
+        events = self.sink.drain(step)
+        self.stats.on_step(scheduler, events)
+        with self._lock:  # snapshots copy the same state on the request thread
+            parts = self.capture.step(step, batch)
+            owners = self.capture.tree_owners()
+            contents, dropped = self.contents.capture(step, owners)
+            if self.verifier is not None:
+                contents = self.verifier.after_capture(contents, dropped, owners)
+            self._seq += 1
+            delta = msgspec.structs.replace(
+                parts.to_delta(seq=Seq(self._seq), step=step, events=events, counters=self.counters()),
+                contents=contents,
+                removed_contents=dropped,
+            )
+            if self.self_check is not None:
+                self.self_check.after_step(self.capture, scheduler, step)
+        self.publisher.publish(delta)
+
+    def counters(self) -> Counters:
+        return Counters(
+            published=self.publisher.published,
+            dropped=self.publisher.dropped + self.sink.dropped_events,
+            hook_errors=self.errors.total,
+            rejected_requests=self.server.rejected,
+        )
+
+    def snapshot(self) -> Snapshot:
+        """A consistent full state (request thread): copies the dicts under the lock, encodes outside."""
+        with self._lock:
+            state = self.capture.state
+            state.contents = self.contents.current()
+            if self.verifier is not None:
+                state.contents = self.verifier.overlay(state.contents)
+            seq = self._seq
+        return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=state, counters=self.counters())
+
+    def stats_reply(self) -> Stats:
+        stats = self.stats.snapshot(self.errors.total)
+        check = self.self_check
+        return msgspec.structs.replace(
+            stats,
+            counters=self.counters(),
+            self_check_steps=check.steps if check else 0,
+            self_check_failures=check.failures if check else 0,
+            self_check_first_failure=check.first_failure if check else "",
+        )
 
 
-def engine_info(scheduler: Any, port: int, *, tp_rank: int, dp_rank: int) -> EngineInfo:
+def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, *, tp_rank: int, dp_rank: int) -> EngineInfo:
     """The engine's configuration as this scheduler process sees it."""
     import sglang
 
@@ -55,10 +137,12 @@ def engine_info(scheduler: Any, port: int, *, tp_rank: int, dp_rank: int) -> Eng
         page_size=int(scheduler.page_size),
         overlap=bool(scheduler.enable_overlap),
         tree_core=type(tree_core).__name__ if tree_core is not None else type(scheduler.tree_cache).__name__,
+        full_tree_detail=full_detail,
         mamba_pool_size=int(mamba_pool.size) if mamba_pool is not None else 0,
         kv_pool_tokens=int(scheduler.max_total_num_tokens),
         tp_rank=tp_rank,
         dp_rank=dp_rank,
         pid=os.getpid(),
         request_port=port,
+        stream_port=stream_port,
     )

@@ -1,15 +1,14 @@
 """sglang general plugin (entry point group `sglang.srt.plugins`, name `mcinspect`).
 
 sglang calls `register()` at the top of every engine process. It does nothing unless
-MCINSPECT_PORT is set. Hooks go through sglang's HookRegistry; each body is guarded so an
+MCINSPECT_PORT is set. Hooks go through sglang's HookRegistry; each body is guarded, so an
 error in mcinspect is counted and logged, never raised into the scheduler.
 
-| sglang method (0.5.23)                                   | hook  | what mcinspect does           |
-|----------------------------------------------------------|-------|-------------------------------|
-| managers.scheduler.Scheduler.__init__                    | AFTER | bind the request port, start  |
-| managers.scheduler.Scheduler.process_batch_result        | AFTER | step boundary: read the pools |
-| mem_cache.unified_radix_cache.UnifiedRadixCache.evict    | AFTER | count evicted slots / tokens  |
-| mem_cache.unified_radix_cache.UnifiedRadixCache.evict_for_alloc | AFTER | same                 |
+| sglang 0.5.23 method | hook | what mcinspect does |
+|---|---|---|
+| `managers.scheduler.Scheduler.__init__` | after | build the Inspector: first full capture, bind ports |
+| `managers.scheduler.Scheduler.process_batch_result` | after | step boundary: capture, fingerprint, publish a delta |
+| (the cache, tree core and pool hooks of `events.py`) | before / after | events and dirty marks |
 """
 
 from __future__ import annotations
@@ -20,16 +19,16 @@ from typing import Any
 
 from .config import ConfigError, HooksConfig
 from .guard import ErrorCounter
-from .inspector import Inspector
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
-TREE = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache"
+RAISE_IN_HOOK_ENV = "MCINSPECT_SELF_TEST_RAISE"
+"""Set to 1 to make a hook body raise at every step: proves errors are counted, not raised."""
 
 errors = ErrorCounter()
-inspector: Inspector | None = None
-"""This process's inspector, once its scheduler exists."""
+inspector: Any = None
+"""This process's Inspector, once its scheduler exists."""
 
 
 def register() -> None:
@@ -43,29 +42,39 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(f"{SCHEDULER}.__init__", _start(config), HookType.AFTER)
+    from .events import EventSink, hook_points
+
+    sink = EventSink()
+    kinds = {"before": HookType.BEFORE, "after": HookType.AFTER}
+    for target, when, hook in hook_points(sink, errors):
+        HookRegistry.register(target, hook, kinds[when])
+    HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink), HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _after_step, HookType.AFTER)
-    HookRegistry.register(f"{TREE}.evict", _after_evict, HookType.AFTER)
-    HookRegistry.register(f"{TREE}.evict_for_alloc", _after_evict, HookType.AFTER)
+    if os.environ.get(RAISE_IN_HOOK_ENV) == "1":
+        HookRegistry.register(f"{SCHEDULER}.process_batch_result", _raise_for_self_test, HookType.AFTER)
 
 
-def _start(config: HooksConfig) -> Any:
+def _start(config: HooksConfig, sink: Any) -> Any:
     @errors.guard
     def after_scheduler_init(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+        from .inspector import Inspector
+
         global inspector
-        inspector = Inspector.start(scheduler, config, errors)
-        logger.warning("mcinspect: scheduler pid %d serves requests on %s:%d", os.getpid(), config.host, inspector.port)
+        inspector = Inspector(scheduler, config, errors, sink)
+        logger.warning(
+            "mcinspect: scheduler pid %d on %s, requests :%d, stream :%d",
+            os.getpid(), config.host, inspector.port, inspector.publisher.port,
+        )
 
     return after_scheduler_init
 
 
 @errors.guard
-def _after_step(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+def _after_step(result: Any, scheduler: Any, batch: Any = None, *args: Any, **kwargs: Any) -> None:
     if inspector is not None:
-        inspector.stats.on_step(scheduler)
+        inspector.on_step(scheduler, batch)
 
 
 @errors.guard
-def _after_evict(result: Any, *args: Any, **kwargs: Any) -> None:
-    if inspector is not None and result is not None:
-        inspector.stats.on_evict(result)
+def _raise_for_self_test(result: Any, *args: Any, **kwargs: Any) -> None:
+    raise RuntimeError(f"raised on purpose ({RAISE_IN_HOOK_ENV}=1)")

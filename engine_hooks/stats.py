@@ -1,4 +1,5 @@
-"""Counters of one scheduler process, updated from hooks (cheap: O(running requests) a step)."""
+"""Running counters of one scheduler process for the demo summary and `mcinspect info`
+(cheap: O(running requests) a step)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import threading
 from collections import Counter
 from typing import Any
 
-from mcinspect.schema import SCHEMA_VERSION, SlotLayout, Stats
+from mcinspect.schema import SCHEMA_VERSION, EvictEvent, Event, SlotLayout, Stats
 
 
 class StatsCollector:
-    """Reads the scheduler at step boundaries; `snapshot()` may be called from another thread."""
+    """Updated on the scheduler thread; `snapshot()` may be called from another thread."""
 
     def __init__(self, mamba_pool_size: int) -> None:
         self._lock = threading.Lock()
@@ -23,11 +24,12 @@ class StatsCollector:
         self.slots_per_request: Counter[int] = Counter()
         self.example_layouts: dict[int, SlotLayout] = {}
 
-    def on_step(self, scheduler: Any) -> None:
-        """After `process_batch_result`: pool occupancy and each running request's slots."""
+    def on_step(self, scheduler: Any, events: list[Event]) -> None:
+        """After `process_batch_result`: pool occupancy, each running request's slots, evictions."""
         allocator = scheduler.req_to_token_pool.mamba_allocator
         in_use = self.mamba_pool_size - allocator.available_size()
         layouts = [_layout(req) for req in scheduler.running_batch.reqs]
+        evictions = [event for event in events if isinstance(event, EvictEvent)]
         with self._lock:
             self.step += 1
             self.slots_in_use = in_use
@@ -38,12 +40,9 @@ class StatsCollector:
                 held = 1 + len(layout.ping_pong)
                 self.slots_per_request[held] += 1
                 self.example_layouts.setdefault(held, layout)
-
-    def on_evict(self, result: Any) -> None:
-        """After `UnifiedRadixCache.evict` / `evict_for_alloc`: what the eviction freed."""
-        with self._lock:
-            self.evicted_mamba_slots += result.mamba_num_evicted
-            self.evicted_tokens += result.num_tokens_evicted
+            for event in evictions:
+                self.evicted_mamba_slots += len(event.slots)
+                self.evicted_tokens += event.tokens
 
     def snapshot(self, hook_errors: int) -> Stats:
         with self._lock:

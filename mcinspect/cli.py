@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import enum
 import json
-from typing import Annotated
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .cli_output import fail, print_summary, progress, summary_dict
+from .cli_output import fail, print_ranks, print_summary, progress, serve_until_interrupted, stderr, summary_dict
+from .client import EngineRefused, EngineUnreachable
+from .target import Target, TargetError
+
+if TYPE_CHECKING:
+    from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig
+
+    from .checks import Violation
+    from .schema import CacheState
+    from .sources import LoadedState
 
 app = typer.Typer(
     help="Inspect the mamba (SSM) prefix cache of a live SGLang engine.",
@@ -16,6 +28,28 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+TokenOption = Annotated[
+    str, typer.Option(envvar="MCINSPECT_TOKEN", help="Token the engine requires off loopback.", show_default=False)
+]
+TimeoutOption = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for each answer.")]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _target(text: str) -> Target:
+    try:
+        return Target.parse(text)
+    except TargetError as exc:
+        fail(str(exc))
+
+
+class TreeCore(str, enum.Enum):
+    python = "python"
+    rust = "rust"
 
 
 class Strategy(str, enum.Enum):
@@ -41,8 +75,13 @@ def demo(
     requests: Annotated[int, typer.Option(min=1, help="How many requests the workload sends.")] = 40,
     port: Annotated[int, typer.Option(help="Inspector port of the engine's hooks (scheduler rank 0).")] = 7777,
     overlap: Annotated[bool, typer.Option(help="Overlap scheduling (forced off for no_buffer, which refuses it).")] = True,
-    headless: Annotated[bool, typer.Option(help="No TUI: print progress and a summary (the only mode until the TUI lands).")] = True,
+    headless: Annotated[bool, typer.Option(help="No TUI: print progress and a summary (default: the TUI, attached to the engine).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
+    tree_core: Annotated[TreeCore, typer.Option(help="sglang's tree core: python shows every node, rust (sglang's default) hides nodes off request paths.")] = TreeCore.python,
+    fault: Annotated[Optional[str], typer.Option(help="Reproduce an upstream bug class in the engine (see `mcinspect faults`).")] = None,
+    hooks: Annotated[bool, typer.Option(help="Load mcinspect's hooks in the engine (off: the engine runs untouched, for A/B runs).")] = True,
+    serve: Annotated[bool, typer.Option(help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal.")] = False,
+    self_check: Annotated[bool, typer.Option(help="Verify every captured step against a full re-read and sglang's counters (slow; for debugging mcinspect).")] = False,
     engine_log_level: Annotated[str, typer.Option(help="sglang's log level (info shows every batch).")] = "error",
 ) -> None:
     """Run the real SGLang engine on the CPU with a tiny Qwen3-Next and a cache workload.
@@ -52,27 +91,299 @@ def demo(
     """
     from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, EngineDied, EngineStartError
 
-    from .client import EngineRefused, EngineUnreachable
     from .demo import run_demo
 
-    if not headless:
-        fail("the TUI is not available yet; run with --headless")
+    headless = headless or json_out or serve  # both are ways of running without the TUI
+    if not headless and not sys.stdout.isatty():
+        fail("the TUI needs a terminal; add --headless for progress and a summary")
+    if not headless and not hooks:
+        fail("the TUI shows what the hooks capture; drop --no-hooks or add --headless")
+    if serve and not hooks:
+        fail("--serve keeps the engine up for inspector clients; it needs the hooks (drop --no-hooks)")
+    signal.signal(signal.SIGTERM, _interrupt)  # a plain kill still shuts the engine down cleanly
     config = EmbeddedEngineConfig(
         strategy=strategy.value,
         page_size=page_size,
         seed=seed,
         overlap=overlap,
-        inspector_port=port,
+        inspector_port=port if hooks else None,
         log_level=engine_log_level,
+        tree_core=tree_core.value,
+        self_check=self_check,
+        fault=fault,
     )
+    if not headless:
+        _demo_with_tui(config, requests, token="")
+        return
     try:
         with progress(config, requests) as (on_started, on_wave):
-            summary = run_demo(config, requests, on_engine_started=on_started, on_wave_done=on_wave)
+            summary = run_demo(
+                config,
+                requests,
+                on_engine_started=on_started,
+                on_wave_done=on_wave,
+                after_workload=(lambda s: serve_until_interrupted(s, port, json_out)) if serve else (lambda s: None),
+            )
     except (EngineStartError, EngineDied, EngineUnreachable, EngineRefused) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        raise typer.Exit(0 if serve else 130) from None
     if json_out:
         typer.echo(json.dumps(summary_dict(summary)))
     else:
         print_summary(summary)
+
+
+@app.command()
+def snapshot(
+    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="File to write, '-' for stdout.")] = "-",
+    token: TokenOption = "",
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Dump one consistent snapshot of the cache (tree, slot owners, requests, KV) as JSON."""
+    from .inspect_commands import fetch_snapshot, write_json
+
+    where = _target(target)
+    try:
+        data = fetch_snapshot(where, token, timeout)
+        write_json(data, output)
+    except (EngineUnreachable, EngineRefused) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror}")
+    if output != "-":
+        state = data.state
+        stderr.print(
+            f"wrote {output}: step {state.step}, {len(state.nodes)} nodes, {len(state.requests)} requests, "
+            f"{len(state.slots)} slots (seq {data.seq})",
+            highlight=False,
+        )
+
+
+@app.command()
+def info(
+    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of rank 0's hooks; other ranks are found at +2, +4, ...")],
+    token: TokenOption = "",
+    timeout: TimeoutOption = 5.0,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per rank.")] = False,
+) -> None:
+    """Engine configuration, ranks, schema version and the hooks' counters (drops, errors)."""
+    import msgspec
+
+    from .inspect_commands import discover_ranks
+
+    try:
+        ranks = discover_ranks(_target(target), token, timeout)
+    except (EngineUnreachable, EngineRefused) as exc:
+        fail(str(exc))
+    if json_out:
+        for rank in ranks:
+            typer.echo(msgspec.json.encode({"info": rank.info, "stats": rank.stats}).decode())
+    else:
+        print_ranks(ranks)
+
+
+class RenderFormat(str, enum.Enum):
+    svg = "svg"
+    png = "png"
+    dot = "dot"
+
+
+@app.command()
+def render(
+    source: Annotated[str, typer.Argument(help="A snapshot file, a recording (with --step), or PORT / HOST:PORT of a live engine.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="File to write ('-' for stdout).")],
+    step: Annotated[Optional[int], typer.Option(help="Recording step to render (default: the last).")] = None,
+    fmt: Annotated[RenderFormat, typer.Option("--format", help="svg and png run Graphviz's dot; dot writes its source.")] = RenderFormat.svg,
+    focus: Annotated[Optional[str], typer.Option(help="A node id or request id: render its path and neighbourhood.")] = None,
+    max_nodes: Annotated[int, typer.Option(min=10, help="Fold the rest (chains, unlocked stateless subtrees) into summary nodes.")] = 500,
+    token: TokenOption = "",
+) -> None:
+    """Draw the radix tree with its mamba slots, requests and ping-pong buffers (Graphviz)."""
+    from .render import RenderError, parse_focus
+    from .render import render as render_state
+
+    loaded = _load(source, step, token)
+    try:
+        focus_id = parse_focus(loaded.state, focus) if focus is not None else None
+        data = render_state(loaded.state, fmt.value, focus=focus_id, max_nodes=max_nodes, violations=_violations_of(loaded.state))
+    except RenderError as exc:
+        fail(str(exc))
+    _write_bytes(data, output)
+    if output != "-":
+        stderr.print(f"wrote {output} ({len(data):,} bytes) from {loaded.origin}", highlight=False)
+
+
+@app.command()
+def record(
+    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Recording file to write.")],
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Stop after this many steps (default: until Ctrl-C).")] = None,
+    token: TokenOption = "",
+) -> None:
+    """Record the stream of a live engine (schema-versioned, compressed, crash-safe per frame)."""
+    from .recorder import record as record_stream
+    from .recording import RecordingError
+
+    where = _target(target)
+    stderr.print(f"recording {where.host}:{where.port} to {output}; Ctrl-C stops", highlight=False)
+    try:
+        result = record_stream(where, output, token=token, steps=steps)
+    except KeyboardInterrupt:
+        result = None
+    except (EngineUnreachable, EngineRefused, RecordingError) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror}")
+    if result is not None:
+        stderr.print(f"wrote {output}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs", highlight=False)
+
+
+@app.command()
+def diff(
+    a: Annotated[str, typer.Argument(help="A snapshot file, or a recording (with --from/--to).")],
+    b: Annotated[Optional[str], typer.Argument(help="A second snapshot file (omit with a recording).")] = None,
+    from_step: Annotated[Optional[int], typer.Option("--from", help="Recording step to diff from.")] = None,
+    to_step: Annotated[Optional[int], typer.Option("--to", help="Recording step to diff to.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="The diff as one JSON object.")] = False,
+) -> None:
+    """What changed between two moments: nodes added / evicted / split, slot owners, fingerprints, locks."""
+    from .diff import diff_json, diff_states, format_diff
+
+    if b is None:
+        if from_step is None or to_step is None:
+            fail("give two snapshots, or one recording with --from and --to")
+        first, second = _load(a, from_step, ""), _load(a, to_step, "")
+    else:
+        if from_step is not None or to_step is not None:
+            fail("--from/--to apply to one recording; two snapshots need neither")
+        first, second = _load(a, None, ""), _load(b, None, "")
+    result = diff_states(first.state, second.state)
+    if json_out:
+        typer.echo(diff_json(result).decode())
+    else:
+        typer.echo(f"{first.origin} -> {second.origin}")
+        typer.echo(format_diff(result))
+
+
+def _load(source: str, step: int | None, token: str) -> LoadedState:
+    from .recording import RecordingError
+    from .snapshot_file import SnapshotFileError
+    from .sources import SourceError, load_state
+
+    try:
+        return load_state(source, step=step, token=token)
+    except (SourceError, SnapshotFileError, RecordingError, EngineUnreachable, EngineRefused) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read {source}: {exc.strerror}")
+
+
+def _violations_of(state: CacheState) -> list[Violation]:
+    """What the checks find on this one state, to highlight in the picture."""
+    from .checks import StepView, check_step
+
+    return check_step(StepView.first(state))
+
+
+def _write_bytes(data: bytes, output: str) -> None:
+    from .inspect_commands import write_bytes
+
+    try:
+        write_bytes(data, output)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror}")
+
+
+@app.command()
+def check(
+    source: Annotated[str, typer.Argument(help="A snapshot file, a recording, or PORT / HOST:PORT of a live engine.")],
+    checks: Annotated[Optional[list[str]], typer.Option("--checks", help="Run only these checks (repeat; see `mcinspect checks`).")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Live: stop after this many steps (default: until Ctrl-C).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per violation.")] = False,
+    token: TokenOption = "",
+) -> None:
+    """Check the cache invariants and slot contents; exit 0 clean, 1 violations, 2 bad input."""
+    from .check_runner import check_file, check_live
+    from .checks import UnknownCheck
+    from .cli_output import ViolationPrinter
+    from .recording import RecordingError
+    from .snapshot_file import SnapshotFileError
+
+    printer = ViolationPrinter(json_out)
+    try:
+        if os.path.exists(source):
+            for violation in check_file(source, checks):
+                printer.add(violation)
+        else:
+            where = _target(source)
+            try:
+                check_live(where, token=token, names=checks, steps=steps, on_violation=printer.add)
+            except KeyboardInterrupt:
+                pass
+    except UnknownCheck as exc:
+        fail(str(exc))
+    except (SnapshotFileError, RecordingError, EngineUnreachable, EngineRefused) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read {source}: {exc.strerror}")
+    printer.finish()
+    raise typer.Exit(1 if printer.count else 0)
+
+
+@app.command("checks")
+def list_checks() -> None:
+    """The checks `mcinspect check` runs: what each catches, the upstream bugs, what it cannot see."""
+    from .checks import CHECKS
+    from .cli_output import print_checks
+
+    print_checks(CHECKS.values())
+
+
+def _demo_with_tui(config: EmbeddedEngineConfig, requests: int, token: str) -> None:
+    from mcinspect_engine_hooks.cpu_engine.launcher import EngineDied, EngineStartError
+
+    from .demo import run_demo_in_background
+    from .tui import run_attach
+
+    try:
+        with run_demo_in_background(config, requests):
+            run_attach(Target("127.0.0.1", config.inspector_port), token)
+    except (EngineStartError, EngineDied) as exc:
+        fail(str(exc))
+
+
+@app.command()
+def attach(
+    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks.")],
+    token: TokenOption = "",
+) -> None:
+    """The TUI on a live engine: tree, slot map, page map, requests, events, violations, time travel."""
+    from .tui import run_attach
+
+    run_attach(_target(target), token)
+
+
+@app.command()
+def replay(path: Annotated[str, typer.Argument(help="A recording written by `mcinspect record` or `demo --record`.")]) -> None:
+    """The TUI on a recording: step through what happened, with the checks' findings."""
+    from .recording import RecordingError
+    from .tui import run_replay
+
+    try:
+        run_replay(path)
+    except RecordingError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}")
+
+
+@app.command()
+def faults() -> None:
+    """The fault library: upstream bug classes `mcinspect demo --fault NAME` reproduces."""
+    from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
+
+    from .cli_output import print_faults
+
+    print_faults(FAULTS.values())

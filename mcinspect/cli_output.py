@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
@@ -12,10 +14,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .checks import CheckSpec, Violation
+
 if TYPE_CHECKING:
+    from mcinspect_engine_hooks.cpu_engine.faults import Fault
     from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig
 
     from .demo import DemoSummary
+    from .inspect_commands import RankInfo
 
 stderr = Console(stderr=True)
 stdout = Console()
@@ -33,7 +39,8 @@ def progress(config: EmbeddedEngineConfig, total: int) -> Iterator[tuple[Callabl
     overlap = "on" if config.effective_overlap else "off"
     stderr.print(
         f"mcinspect demo: {config.strategy}, page {config.page_size}, overlap {overlap}, seed {config.seed}, "
-        f"{total} requests; inspector on 127.0.0.1:{config.inspector_port}",
+        f"{total} requests; "
+        + (f"inspector on 127.0.0.1:{config.inspector_port}" if config.inspector_port is not None else "hooks off"),
         highlight=False,
     )
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -49,6 +56,16 @@ def progress(config: EmbeddedEngineConfig, total: int) -> Iterator[tuple[Callabl
             bar.update(work["task"], completed=done)
 
         yield on_started, on_wave
+
+
+def serve_until_interrupted(summary: DemoSummary, port: int | None, json_out: bool) -> None:
+    """Print the summary now (the run may end only at Ctrl-C), then wait."""
+    if json_out:
+        typer.echo(json.dumps(summary_dict(summary)), nl=True)
+    else:
+        print_summary(summary)
+    stderr.print(f"engine up: try `mcinspect info {port}` or `mcinspect snapshot {port} -o snap.json`; Ctrl-C stops it")
+    threading.Event().wait()
 
 
 def summary_dict(summary: DemoSummary) -> dict[str, Any]:
@@ -93,3 +110,73 @@ def print_summary(summary: DemoSummary) -> None:
     table.add_row("engine start", f"{summary.engine_start_s:.1f} s")
     table.add_row("output digest", f"{summary.output_digest} (same seed, same digest)")
     stdout.print(table)
+
+
+def print_ranks(ranks: list[RankInfo]) -> None:
+    """`mcinspect info`: the engine once, then one row per scheduler process."""
+    first = ranks[0].info
+    stdout.print(
+        f"[bold]{first.model_path}[/]  sglang {first.sglang_version}, schema {first.schema_version}\n"
+        f"strategy {first.strategy}, page size {first.page_size}, overlap {'on' if first.overlap else 'off'}, "
+        f"tree core {first.tree_core}{'' if first.full_tree_detail else ' (nodes off request paths hidden)'}\n"
+        f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens",
+        highlight=False,
+    )
+    table = Table("tp", "dp", "pid", "ports", "step", "slots in use", "published", "dropped", "hook errors", "rejected")
+    for rank in ranks:
+        info, stats = rank.info, rank.stats
+        counters = stats.counters
+        table.add_row(
+            str(info.tp_rank), str(info.dp_rank), str(info.pid), f"{info.request_port}/{info.stream_port}",
+            str(stats.step), f"{stats.mamba_slots_in_use}/{stats.mamba_pool_size}", str(counters.published),
+            str(counters.dropped), str(stats.hook_errors), str(counters.rejected_requests),
+        )
+    stdout.print(table)
+
+
+class ViolationPrinter:
+    """Violations as they are found: JSON lines, or a table printed at the end."""
+
+    def __init__(self, json_out: bool) -> None:
+        self.json_out = json_out
+        self.count = 0
+        self._rows: list[Violation] = []
+
+    def add(self, violation: Violation) -> None:
+        self.count += 1
+        if self.json_out:
+            typer.echo(msgspec.json.encode(violation).decode())
+        else:
+            self._rows.append(violation)
+
+    def finish(self) -> None:
+        if self.json_out:
+            return
+        if not self._rows:
+            stderr.print("[green]no violations[/]")
+            return
+        table = Table("step", "check", "nodes", "slots", "requests", "reason", title=f"{self.count} violations", title_justify="left")
+        for v in self._rows:
+            table.add_row(str(v.step), v.check, _ids(v.nodes), _ids(v.slots), _ids(v.rids), v.reason)
+        stdout.print(table)
+
+
+def _ids(values: tuple) -> str:
+    return ", ".join(str(v) for v in values[:4]) + (" ..." if len(values) > 4 else "")
+
+
+def print_checks(specs: Iterable[CheckSpec]) -> None:
+    table = Table("check", "invariant", "catches", "upstream", "cannot see", title="mcinspect checks", title_justify="left")
+    for spec in specs:
+        table.add_row(spec.name, spec.invariant, spec.description, ", ".join(spec.targets), spec.blind_to)
+    stdout.print(table)
+
+
+def print_faults(faults: Iterable[Fault]) -> None:
+    """One block per fault: name, upstream reference, where it applies, the check that must fire."""
+    for fault in faults:
+        where = ", ".join(fault.strategies) + (f", page {', '.join(map(str, fault.page_sizes))}" if fault.page_sizes else "")
+        stdout.print(f"[bold]{fault.name}[/]  {fault.upstream}", highlight=False)
+        stdout.print(f"  caught by: {', '.join(fault.expected_checks)}   applies to: {where}", highlight=False)
+        stdout.print(f"  {fault.description}", highlight=False)
+        stdout.print()

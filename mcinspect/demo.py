@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,8 +58,10 @@ def run_demo(
     requests: int,
     on_engine_started: Callable[[float], None] = lambda seconds: None,
     on_wave_done: Callable[[int], None] = lambda done: None,
+    after_workload: Callable[[DemoSummary], None] = lambda summary: None,
 ) -> DemoSummary:
-    """Start the embedded engine, run the workload, collect the summary, shut down."""
+    """Start the embedded engine, run the workload, collect the summary, then call
+    `after_workload` (which may keep the engine up for other clients) and shut down."""
     started = time.perf_counter()
     engine = start_engine(config)
     try:
@@ -73,15 +77,52 @@ def run_demo(
         if config.inspector_port is not None:
             reply = request(Target("127.0.0.1", config.inspector_port), GetStats(schema_version=SCHEMA_VERSION))
             summary.stats = reply if isinstance(reply, Stats) else None
+        after_workload(summary)
         return summary
     finally:
         engine.shutdown()
 
 
-def _drive(engine: Any, workload: Workload, summary: DemoSummary, on_wave_done: Callable[[int], None]) -> None:
+@contextlib.contextmanager
+def run_demo_in_background(config: EmbeddedEngineConfig, requests: int) -> Iterator[None]:
+    """Start the engine here (sglang needs the main thread), then drive it from a thread:
+    `requests` requests, then a slower trickle of new seeds so there is always something to
+    watch, until the block exits; then shut down."""
+    print(f"starting the SGLang engine on the CPU ({config.strategy}, page {config.page_size})...", flush=True)
+    engine = start_engine(config)
+    stop = threading.Event()
+
+    def drive() -> None:
+        seed, total, pause_s = config.seed, requests, 0.0
+        while not stop.is_set():
+            summary = DemoSummary(config.strategy, config.page_size, config.effective_overlap, seed, engine_start_s=0.0)
+            _drive(engine, Workload(seed=seed, total_requests=total), summary, lambda done: None, stop=stop, pause_s=pause_s)
+            seed, total, pause_s = seed + 1, 10, 1.0
+
+    worker = threading.Thread(target=drive, name="mcinspect-demo-workload", daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+        engine.shutdown()
+
+
+def _drive(
+    engine: Any,
+    workload: Workload,
+    summary: DemoSummary,
+    on_wave_done: Callable[[int], None],
+    *,
+    stop: threading.Event | None = None,
+    pause_s: float = 0.0,
+) -> None:
     digest = hashlib.sha256()
     began = time.perf_counter()
     for wave in workload.waves():
+        if stop is not None and (stop.is_set() or stop.wait(pause_s)):
+            return
         outputs = engine.generate(
             input_ids=[spec.input_ids for spec in wave],
             sampling_params=[

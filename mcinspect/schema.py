@@ -1,55 +1,256 @@
 """The wire contract between engine_hooks (inside sglang) and the mcinspect client.
 
-msgspec Structs, msgpack on the wire, JSON in files. Every message is a tagged struct so a
-decoder rejects anything it does not know; the schema version travels in the handshake and
-in every reply, and a mismatch is an error, not a guess. Nothing here imports sglang or torch.
+msgspec Structs, msgpack on the wire, JSON in files. Top-level messages are tagged structs so a
+decoder rejects anything it does not know; the schema version travels in every message, and a
+mismatch is an error, not a guess. Nothing here imports sglang or torch.
+
+The cache state of one scheduler process at one step is a `CacheState`: tree nodes, the claims
+on every mamba slot, the requests, and the KV allocator. The engine sends a full `Snapshot` on
+request and a `Delta` per step on the stream; applying deltas in `seq` order to a snapshot
+reproduces the engine's state at each step (`apply_delta`).
 """
 
 from __future__ import annotations
 
-from typing import NewType
+import array
+import gc
+import hashlib
+from typing import Literal, NewType
 
 import msgspec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped on any incompatible change of the structs below."""
 
 MAX_REQUEST_BYTES = 64 * 1024
 """Requests larger than this are rejected unread: no client request needs more."""
 
-Step = NewType("Step", int)
-"""Scheduler step: number of `process_batch_result` calls since the engine started."""
+STREAM_TOPIC = b"delta"
+"""First frame of every stream message: [STREAM_TOPIC, seq (8 bytes, big-endian), msgpack Delta]."""
+
+INLINE_TOKENS = 32
+"""A node carries its whole key up to this many tokens, else the first INLINE_TOKENS."""
+
+NodeId = NewType("NodeId", int)
+"""sglang tree node id (`UnifiedTreeNode.id`); -1 means none."""
 SlotId = NewType("SlotId", int)
 """Index into the mamba pool (1..size; 0 is sglang's dummy slot)."""
 Rid = NewType("Rid", str)
 """sglang request id."""
+Step = NewType("Step", int)
+"""Scheduler step: `process_batch_result` calls since the hooks started."""
+Seq = NewType("Seq", int)
+"""Per-process sequence number of published deltas; consecutive, starting at 1."""
+
+Runs = list[tuple[int, int]]
+"""Compressed index list: (start, length) runs of consecutive KV token indices."""
 
 
 class _Message(msgspec.Struct, tag=True, forbid_unknown_fields=True, frozen=True):
     pass
 
 
-# --- requests (client -> engine) ----------------------------------------------------------
+# --- state --------------------------------------------------------------------------------
 
 
-class Hello(_Message):
-    """First request of a session: the client's schema version and, off loopback, a token."""
+class NodeRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One radix tree node as of a step."""
 
-    schema_version: int
-    token: str = ""
+    id: NodeId
+    parent: NodeId
+    depth: int
+    """Tokens from the root to the start of this node's key."""
+    key_len: int
+    tokens: bytes
+    """The key's token ids as little-endian int32 (`pack_tokens`): all of them, or the first
+    INLINE_TOKENS when longer. Bytes, not a list: a million nodes decode 2x faster."""
+    key_hash: int
+    """64-bit hash of the whole key (see `key_hash`)."""
+    kv_runs: Runs
+    """The node's KV token indices (FULL value); empty when evicted."""
+    kv_evicted: bool
+    mamba_slot: SlotId
+    """Mamba slot holding the state at depth + key_len; -1 for none (tombstone or split parent)."""
+    full_lock: int
+    mamba_lock: int
+    in_full_lru: bool
+    in_mamba_lru: bool
+    evictable: bool
+    last_access: float
+    hit_count: int
+    tombstone: bool
+    """sglang keeps the node but its mamba state was evicted (mamba value None, not a split)."""
+
+    @property
+    def token_ids(self) -> list[int]:
+        return unpack_tokens(self.tokens)
 
 
-class GetStats(_Message):
-    """Ask for the running counters of one scheduler process."""
-
-    schema_version: int
-    token: str = ""
+SlotKind = Literal["free", "tree", "working", "ping_pong", "cow_source", "admission", "unaccounted"]
 
 
-Request = Hello | GetStats
+class SlotClaim(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One claim on a mamba slot. A healthy slot has exactly one claim; more is a bug."""
+
+    slot: SlotId
+    kind: SlotKind
+    node: NodeId = NodeId(-1)
+    rid: Rid = Rid("")
+    ping_pong_index: int = -1
+    last_tracked: bool = False
+    """For ping_pong: this is the entry `mamba_last_track_idx` points at."""
+    seqlen: int = -1
+    """For ping_pong (last tracked): `mamba_last_track_seqlen`; for tree: node end depth."""
 
 
-# --- replies (engine -> client) -----------------------------------------------------------
+RequestState = Literal["waiting", "running", "chunked", "finished"]
+
+
+class RequestRecord(msgspec.Struct, frozen=True):
+    """A request the scheduler holds, with its `req.kv` mamba fields."""
+
+    rid: Rid
+    state: RequestState
+    row: int
+    """`req.kv.req_pool_idx` (req_to_token row); -1 before allocation."""
+    prompt_len: int
+    output_len: int
+    prefix_len: int
+    cache_protected_len: int
+    committed_len: int
+    allocated_len: int
+    last_node: NodeId
+    working_slot: SlotId
+    ping_pong: list[SlotId]
+    ping_pong_empty: list[bool]
+    next_track_idx: int
+    last_track_idx: int
+    last_track_seqlen: int
+    prev_track_seqlen: int
+    cow_source: SlotId
+    needs_clear: bool
+    kv_runs: Runs
+    """`req_to_token[row, :allocated_len]`."""
+
+
+class KvState(msgspec.Struct, frozen=True):
+    """The KV token allocator."""
+
+    page_size: int
+    size: int
+    """Token slots in the pool."""
+    free_runs: Runs
+    """Free token indices (whole free pages expanded to their tokens)."""
+
+
+class SlotContent(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """What a slot held when it was last fingerprinted (after the producing forward finished)."""
+
+    slot: SlotId
+    fingerprint: int
+    """64-bit fingerprint of the slot's conv and temporal state over all mamba layers
+    (mcinspect_kernels.fingerprint: bit-exact, identical on the Triton and torch paths)."""
+    nonfinite: int
+    """NaN/Inf elements found in the same pass."""
+    zero: bool
+    """Every element is zero (a cleared slot)."""
+    step: Step
+    """The step whose boundary the fingerprint was taken at."""
+    # --- T2 recompute (engine_hooks/verify.py; embedded CPU engine with MCINSPECT_VERIFY_RECOMPUTE=1) ---
+    recompute_max_abs: float = -1.0
+    """Max |slot - state recomputed from the owning node's prefix| over all layers of conv and
+    temporal (mcinspect_kernels.state_distance); -1.0: not verified."""
+    recompute_rel_l2: float = -1.0
+    """||slot - recomputed|| / ||recomputed|| over the same elements; -1.0: not verified."""
+
+
+class CacheState(msgspec.Struct):
+    """Everything mcinspect knows about one scheduler process's cache at one step."""
+
+    step: Step
+    nodes: dict[NodeId, NodeRecord]
+    slots: dict[SlotId, list[SlotClaim]]
+    """Every slot 1..size with its claims (free slots: one `free` claim)."""
+    requests: dict[Rid, RequestRecord]
+    kv: KvState
+    contents: dict[SlotId, SlotContent] = {}
+    """Fingerprints of tree-owned slots and of slots whose owner changed (when capture is on)."""
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+class _Event(msgspec.Struct, tag=True, frozen=True):
+    step: Step
+
+
+class MatchEvent(_Event):
+    rid: Rid
+    hit_len: int
+    node: NodeId
+    cow_source: SlotId
+
+
+class InsertEvent(_Event):
+    """A state entered the tree: `slot` is now `node`'s mamba value (donated or copied)."""
+
+    rid: Rid
+    node: NodeId
+    slot: SlotId
+    seqlen: int
+    ping_pong_index: int
+
+
+class EvictEvent(_Event):
+    nodes: list[NodeId]
+    slots: list[SlotId]
+    tokens: int
+
+
+class LockEvent(_Event):
+    node: NodeId
+    rid: Rid
+    locked: bool
+
+
+class SlotEvent(_Event):
+    slots: list[SlotId]
+    allocated: bool
+    """True for alloc, False for free."""
+
+
+class TrackPlanEvent(_Event):
+    """The next forward writes the state at `position` of `rid` into `slot`."""
+
+    rid: Rid
+    slot: SlotId
+    position: int
+
+
+class RequestEvent(_Event):
+    rid: Rid
+    what: Literal["admit", "finish", "retract"]
+
+
+class HookErrorEvent(_Event):
+    hook: str
+    message: str
+
+
+Event = MatchEvent | InsertEvent | EvictEvent | LockEvent | SlotEvent | TrackPlanEvent | RequestEvent | HookErrorEvent
+
+
+# --- counters and engine identity ---------------------------------------------------------
+
+
+class Counters(msgspec.Struct, frozen=True):
+    """Health of the hooks in one process; shown by every client."""
+
+    published: int = 0
+    dropped: int = 0
+    """Deltas the bounded queue could not take (a client will see a gap and resync)."""
+    hook_errors: int = 0
+    rejected_requests: int = 0
 
 
 class EngineInfo(_Message):
@@ -62,12 +263,86 @@ class EngineInfo(_Message):
     page_size: int
     overlap: bool
     tree_core: str
+    full_tree_detail: bool
+    """False on sglang's Rust tree core: nodes off request paths are not visible."""
     mamba_pool_size: int
     kv_pool_tokens: int
     tp_rank: int
     dp_rank: int
     pid: int
     request_port: int
+    stream_port: int
+
+
+# --- requests (client -> engine) ----------------------------------------------------------
+
+
+class Hello(_Message):
+    """First request of a session: the client's schema version and, off loopback, a token."""
+
+    schema_version: int
+    token: str = ""
+
+
+class GetSnapshot(_Message):
+    schema_version: int
+    token: str = ""
+
+
+class GetHistory(_Message):
+    """Deltas with seq > after_seq still held in the engine's bounded history window."""
+
+    schema_version: int
+    after_seq: int
+    token: str = ""
+
+
+class GetStats(_Message):
+    schema_version: int
+    token: str = ""
+
+
+Request = Hello | GetSnapshot | GetHistory | GetStats
+
+
+# --- replies and stream messages (engine -> client) ---------------------------------------
+
+
+class Snapshot(_Message):
+    schema_version: int
+    seq: Seq
+    """The last delta seq this snapshot already includes."""
+    state: CacheState
+    counters: Counters
+
+
+class Delta(_Message):
+    """What changed in one step, and what happened during it."""
+
+    schema_version: int
+    seq: Seq
+    step: Step
+    upsert_nodes: list[NodeRecord]
+    removed_nodes: list[NodeId]
+    slots: dict[SlotId, list[SlotClaim]]
+    """Slots whose claims changed, with their full new claim list."""
+    upsert_requests: list[RequestRecord]
+    removed_requests: list[Rid]
+    kv: KvState | None
+    """The new allocator state if it changed, else None."""
+    events: list[Event]
+    counters: Counters
+    contents: dict[SlotId, SlotContent] = {}
+    """New fingerprints taken at this step's boundary."""
+    removed_contents: list[SlotId] = []
+    """Slots whose fingerprint no longer describes them (they left the tree)."""
+
+
+class History(_Message):
+    schema_version: int
+    deltas: list[Delta]
+    oldest_seq: Seq
+    """Oldest seq still held; a client that needs older must take a snapshot."""
 
 
 class SlotLayout(msgspec.Struct, frozen=True):
@@ -93,6 +368,11 @@ class Stats(_Message):
     """Histogram: slots held by one running request (working + ping-pong) -> observations."""
     example_layouts: list[SlotLayout]
     """One observed layout per distinct slot count, for the record."""
+    counters: Counters = Counters()
+    self_check_steps: int = 0
+    """Steps verified by the engine-side self-check (MCINSPECT_SELF_CHECK=1), else 0."""
+    self_check_failures: int = 0
+    self_check_first_failure: str = ""
 
 
 class ErrorReply(_Message):
@@ -102,8 +382,75 @@ class ErrorReply(_Message):
     reason: str
 
 
-Reply = EngineInfo | Stats | ErrorReply
+Reply = EngineInfo | Snapshot | History | Stats | ErrorReply
 
 request_decoder = msgspec.msgpack.Decoder(Request)
 reply_decoder = msgspec.msgpack.Decoder(Reply)
+delta_decoder = msgspec.msgpack.Decoder(Delta)
 encoder = msgspec.msgpack.Encoder()
+# Records are gc=False: they only hold ints, strings and lists of them, so they can never be
+# part of a reference cycle, and a million tracked records make the collector dominate decoding.
+
+
+def decode_reply(payload: bytes) -> Reply:
+    """`reply_decoder.decode` with the cyclic GC paused: snapshots allocate millions of
+    acyclic objects, and collections triggered mid-decode would triple the time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return reply_decoder.decode(payload)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+# --- helpers shared by both ends ----------------------------------------------------------
+
+
+def apply_delta(state: CacheState, delta: Delta) -> None:
+    """Apply `delta` to `state` in place (the caller checks seq order)."""
+    state.step = delta.step
+    for node_id in delta.removed_nodes:
+        state.nodes.pop(node_id, None)
+    for node in delta.upsert_nodes:
+        state.nodes[node.id] = node
+    state.slots.update(delta.slots)
+    for rid in delta.removed_requests:
+        state.requests.pop(rid, None)
+    for request in delta.upsert_requests:
+        state.requests[request.rid] = request
+    if delta.kv is not None:
+        state.kv = delta.kv
+    for slot in delta.removed_contents:
+        state.contents.pop(slot, None)
+    state.contents.update(delta.contents)
+
+
+def to_runs(indices: list[int]) -> Runs:
+    """[3, 4, 5, 9] -> [(3, 3), (9, 1)]."""
+    runs: Runs = []
+    for index in indices:
+        if runs and runs[-1][0] + runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((index, 1))
+    return runs
+
+
+def from_runs(runs: Runs) -> list[int]:
+    return [start + i for start, length in runs for i in range(length)]
+
+
+def pack_tokens(token_ids: list[int]) -> bytes:
+    """Token ids as int32 in machine order: little-endian on every platform sglang serves on."""
+    return array.array("i", token_ids).tobytes()
+
+
+def unpack_tokens(packed: bytes) -> list[int]:
+    return array.array("i", packed).tolist()
+
+
+def key_hash(tokens: list[int]) -> int:
+    """Stable 64-bit hash of a token sequence (same value on both ends, across runs)."""
+    digest = hashlib.blake2b(array.array("q", tokens).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")

@@ -11,7 +11,7 @@ stamp="$venv/.deps-$(cat requirements/*.txt scripts/setup-venv.sh | sha256sum | 
 # pip reports sglang's declared (CUDA) requirements as conflicts: expected with --no-deps.
 pip_install() {
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \
-    | { grep -v -e "^sglang 0.5.23 requires" -e "dependency resolver does not currently" || true; }
+    | { grep -v -e "^sglang 0.5.23 requires" -e "dependency resolver does not currently" -e "^WARNING: Location .file://" || true; }
   return "${PIPESTATUS[0]}"
 }
 

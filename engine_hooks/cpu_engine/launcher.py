@@ -12,6 +12,8 @@ from . import patches
 from .tiny_model import ensure_tiny_model
 
 STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")
+TREE_CORES = ("python", "rust")
+"""sglang's tree core backends; the Python one shows every node, the Rust one hides them."""
 """`--mamba-radix-cache-strategy` values the embedded engine accepts."""
 
 
@@ -38,6 +40,13 @@ class EmbeddedEngineConfig:
     """Overlap scheduling where the strategy allows it (sglang refuses it with no_buffer)."""
     log_level: str = "error"
     inspector_port: int | None = None
+    tree_core: str = "python"
+    self_check: bool = False
+    fault: str | None = None
+    """A fault of the fault library to reproduce (see `mcinspect faults`)."""
+    """Engine-side self-check of every captured step (slow; for tests and debugging)."""
+    verify_recompute: bool = False
+    """T2: verify each cached mamba state against a transformers recompute (slow; see verify.py)."""
 
 
     @property
@@ -49,12 +58,27 @@ def validate(config: EmbeddedEngineConfig) -> None:
     """Reject what would fail only after seconds of start-up, with the fix in the message."""
     if config.strategy not in STRATEGIES:
         raise EngineStartError(f"unknown strategy {config.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if config.tree_core not in TREE_CORES:
+        raise EngineStartError(f"unknown tree core {config.tree_core!r}; choose one of {', '.join(TREE_CORES)}")
     if config.page_size < 1:
         raise EngineStartError(f"page size must be >= 1, got {config.page_size}")
     if config.strategy == "extra_buffer_lazy" and not config.overlap:
         raise EngineStartError("extra_buffer_lazy needs overlap scheduling (sglang refuses it otherwise); drop --no-overlap")
+    if config.fault is not None:
+        from .faults import FaultError, get_fault
+
+        try:
+            fault = get_fault(config.fault)
+        except FaultError as exc:
+            raise EngineStartError(str(exc)) from None
+        if config.strategy not in fault.strategies or (fault.page_sizes and config.page_size not in fault.page_sizes):
+            sizes = f" with page size {', '.join(map(str, fault.page_sizes))}" if fault.page_sizes else ""
+            raise EngineStartError(f"fault {fault.name} exists under {', '.join(fault.strategies)}{sizes}; adjust --strategy / --page-size")
+    if config.self_check and config.inspector_port is None:
+        raise EngineStartError("--self-check verifies the hooks' capture; it needs the hooks (drop --no-hooks)")
     if config.inspector_port is not None:
         ensure_port_free(config.inspector_port)
+        ensure_port_free(config.inspector_port + 1)  # the stream port of scheduler rank 0
 
 
 def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
@@ -99,8 +123,15 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     """Start and return a sglang.Engine; raise EngineStartError with sglang's reason."""
     validate(config)
     os.environ[patches.ENV_FLAG] = "1"  # reaches the scheduler processes sglang spawns
+    os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = config.tree_core
     if config.inspector_port is not None:
         os.environ["MCINSPECT_PORT"] = str(config.inspector_port)
+    if config.self_check:
+        os.environ["MCINSPECT_SELF_CHECK"] = "1"
+    if config.fault is not None:
+        os.environ["MCINSPECT_FAULT"] = config.fault
+    if config.verify_recompute:
+        os.environ["MCINSPECT_VERIFY_RECOMPUTE"] = "1"
     patches.install()  # before the first sglang import in this process
     model_path = ensure_tiny_model()
     import sglang

@@ -74,6 +74,11 @@ def install() -> None:
     # Reason: on CPU sglang warns at import that CUDA-only quantization and Triton paths are
     # unavailable; expected here, and repeated by every engine process.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")
+    # Not a fix but a deliberate bug: `mcinspect demo --fault NAME` (MCINSPECT_FAULT) reproduces
+    # an upstream bug class in the scheduler so the checks can be seen to catch it.
+    from .faults import install_fault_from_env
+
+    install_fault_from_env()
 
 
 def _disable_pin_memory_without_accelerator() -> None:

@@ -5,7 +5,9 @@ requests run concurrently (shared prefill batches, interleaved decodes). The mix
 the cache must get right: shared system prefixes, multi-turn conversations whose previous
 output becomes the next prefix, branches cut from the middle of an earlier prompt (unaligned
 with pages and chunks), long prompts that go through chunked prefill, and a stream of unrelated
-prompts that fills the pools and forces evictions. Everything derives from the seed.
+prompts that fills the pools and forces evictions, and packed pairs that share one prefill
+batch at an offset that is not a multiple of the 64-token state chunk. Everything derives from
+the seed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 FIRST_TOKEN = 3
 """Token ids below this are bos/eos/pad in the tiny model and never appear in prompts."""
 
-KINDS = ("shared-prefix", "multi-turn", "branch", "chunked", "pressure")
+KINDS = ("shared-prefix", "multi-turn", "branch", "chunked", "pressure", "packed")
 """Request kinds, in the order the workload cycles through them."""
 
 
@@ -41,6 +43,9 @@ class WorkloadShape:
     max_new_tokens: int = 12
     chunked_prompt_len: int = 300
     max_context: int = 1024
+    # Packed prompt lengths: a short and a long one fit one 128-token prefill chunk together.
+    packed_short_len: tuple[int, int] = (17, 47)
+    packed_long_len: tuple[int, int] = (65, 80)
 
 
 @dataclass
@@ -64,7 +69,7 @@ class Workload:
             kind = KINDS[kind_index % len(KINDS)]
             kind_index += 1
             count = min(self.shape.wave_size, self.total_requests - self._issued)
-            wave = [self._make(kind) for _ in range(count)]
+            wave = [self._make(kind, index) for index in range(count)]
             self._issued += len(wave)
             yield wave
 
@@ -73,9 +78,15 @@ class Workload:
         for spec, out in zip(wave, output_ids, strict=True):
             self._history.append(spec.input_ids + out)
 
-    def _make(self, kind: str) -> RequestSpec:
+    def _make(self, kind: str, index: int) -> RequestSpec:
         shape = self.shape
-        if kind == "multi-turn" and self._history:
+        if kind == "packed":
+            # Alternately short and long fresh prompts, sent together: the long one shares a
+            # prefill batch with the short one before it, so the state it checkpoints (after
+            # 64 tokens) sits at an unaligned offset of the flattened batch.
+            low, high = shape.packed_long_len if index % 2 else shape.packed_short_len
+            prompt = self._tokens(self._rng.randint(low, high))
+        elif kind == "multi-turn" and self._history:
             prompt = self._rng.choice(self._history) + self._tokens(self._rng.randint(3, 17))
         elif kind == "branch" and self._history:
             source = self._rng.choice(self._history)

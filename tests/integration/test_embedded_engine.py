@@ -8,21 +8,15 @@ starts, so the tests can prove that none is left behind.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow
 
-MCINSPECT = str(Path(sys.executable).parent / "mcinspect")
 REQUESTS = 40
 
 
@@ -34,30 +28,12 @@ class DemoRun:
     leftovers: list[str]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tagged_processes(tag: str) -> list[str]:
-    found = []
-    for proc in psutil.process_iter(["pid", "name"]):
-        try:
-            if proc.environ().get("MCINSPECT_TEST_TAG") == tag:
-                found.append(f"{proc.pid} {proc.info['name']}")
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def run_demo(*args: str, timeout: float = 400) -> DemoRun:
-    tag = uuid.uuid4().hex
-    env = os.environ | {"MCINSPECT_TEST_TAG": tag}
-    command = [MCINSPECT, "demo", "--json", "--port", str(_free_port()), *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+def run_demo(*args: str, timeout: float = 400, env: dict[str, str] | None = None) -> DemoRun:
+    tagged, tag = tagged_env()
+    command = [MCINSPECT, "demo", "--json", "--port", str(free_port_pair()), *args]
+    done = subprocess.run(command, env=tagged | (env or {}), capture_output=True, text=True, timeout=timeout)
     summary = json.loads(done.stdout) if done.returncode == 0 else None
-    return DemoRun(done.returncode, summary, done.stderr, _tagged_processes(tag))
+    return DemoRun(done.returncode, summary, done.stderr, tagged_processes(tag))
 
 
 _runs: dict[tuple[str, ...], DemoRun] = {}
@@ -130,4 +106,14 @@ def test_config_sglang_refuses_is_one_line_exit_2_and_nothing_left() -> None:
     assert run.returncode == 2
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and "page_size=1" in last
+    assert run.leftovers == []
+
+
+def test_an_exception_inside_a_hook_is_counted_not_raised() -> None:
+    clean = cached_run(*CONFIGS["extra_buffer-p16"])
+    run = run_demo(*CONFIGS["extra_buffer-p16"], "--requests", str(REQUESTS), env={"MCINSPECT_SELF_TEST_RAISE": "1"})
+    assert run.returncode == 0, run.stderr[-4000:]
+    stats = run.summary["stats"]
+    assert stats["hook_errors"] >= stats["step"] > 0  # one per step, all swallowed
+    assert run.summary["output_digest"] == clean.summary["output_digest"]  # the engine did not notice
     assert run.leftovers == []

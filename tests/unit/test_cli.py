@@ -22,7 +22,7 @@ def test_port_in_use_fails_fast_with_the_fix() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = runner.invoke(app, ["demo", "--port", str(port)])
+        result = runner.invoke(app, ["demo", "--headless", "--port", str(port)])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("error:") and f"port {port}" in lines[-1] and "--port" in lines[-1]
@@ -36,6 +36,12 @@ def test_help_teaches_the_options() -> None:
 
 
 def test_lazy_without_overlap_is_refused_before_start() -> None:
-    result = runner.invoke(app, ["demo", "--strategy", "extra_buffer_lazy", "--no-overlap"])
+    result = runner.invoke(app, ["demo", "--headless", "--strategy", "extra_buffer_lazy", "--no-overlap"])
     assert result.exit_code == 2
     assert "needs overlap" in result.output.strip().splitlines()[-1]
+
+
+def test_demo_without_a_terminal_asks_for_headless() -> None:
+    result = runner.invoke(app, ["demo"])  # CliRunner's stdout is not a terminal
+    assert result.exit_code == 2
+    assert "--headless" in result.output.strip().splitlines()[-1]

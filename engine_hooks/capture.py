@@ -1,0 +1,380 @@
+"""Capture: the cache state of one scheduler process at step boundaries, as full states and as
+deltas whose cost scales with what changed.
+
+`full_state(step)` reads everything: O(tree + mamba pool + KV free list + requests).
+`step(step)` returns only what changed since the previous capture:
+
+- nodes: the ids the hooks marked dirty (`EventSink.dirty_nodes`, see events.py) plus nodes
+  created since (ids only grow and the core's arena is insertion-ordered, so new nodes are
+  the arena's tail down to the largest id seen); depths come from the previous records;
+- mamba slots: the slots the allocator handed out or took back, the slots of changed nodes,
+  and those whose request claims changed; claims are rebuilt for those slots only;
+- requests: re-read every step (O(held requests)); a row's KV runs are re-read only from
+  where the row grew;
+- KV: re-read only if the allocator bound a new free list (O(free pages), vectorised).
+
+On sglang's Rust tree core there are no node hooks: each step re-reads the request paths and
+the tree-owned slots (O(paths + tree slots)); see adapter_0523.
+
+Consistency rule
+----------------
+Capture runs in the AFTER hook of `Scheduler.process_batch_result` (sglang 0.5.23), on the
+scheduler thread, so no cache method is running. That point is outside admission groups:
+`alloc_group_begin/end` bracket the admission loop inside `get_new_batch_prefill`, which
+returns before the batch is run; and outside KV free groups, which
+`process_batch_result_prefill/decode` open and close themselves. The state is one the
+scheduler itself could see between two calls.
+
+Without overlap scheduling (`event_loop_normal`) the loop is schedule -> run -> process: the
+capture sees step k fully done. With overlap (`event_loop_overlap`) the loop is schedule
+batch k -> launch its forward -> process the result of batch k-1 -> capture. So at capture:
+
+- tree, locks, slot ownership, allocator free lists, `req.kv` (track indices, ping-pong
+  slots, `kv_allocated_len`, `req_to_token` rows) already include the *scheduling* of batch k:
+  its admissions and matches, its KV and slot allocations, the chunked request's
+  `checkpoint_into_tree` (which donates a ping-pong slot), the decode track plan;
+- output tokens, finished requests and their release are those of batch k-1;
+- batch k's forward may still be running: the working, ping-pong and COW-destination slots
+  of its requests are being written, and a slot donated to the tree while scheduling batch k
+  may get its content from that forward. Slot *contents* (fingerprints) must be read only
+  after it finishes; ownership may be read now.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcinspect.schema import (
+    CacheState,
+    Counters,
+    Delta,
+    Event,
+    KvState,
+    NodeId,
+    NodeRecord,
+    RequestRecord,
+    Rid,
+    SCHEMA_VERSION,
+    Seq,
+    SlotClaim,
+    SlotId,
+    Step,
+)
+
+from .adapter_0523 import PythonTreeView, RustTreeView, UnsupportedCache, depth_of, is_python_core, node_end, supports
+from .events import EventSink
+from .pools_0523 import (
+    HeldRequest,
+    KvReader,
+    RequestReader,
+    TreeSlots,
+    claims_for_slot,
+    free_mamba_slots,
+    held_requests,
+    mamba_pool_size,
+    session_kv,
+)
+from .tensor_runs import ints_of_many
+
+
+@dataclass
+class DeltaParts:
+    """What changed since the previous capture (the state part of a `Delta`)."""
+
+    upsert_nodes: list[NodeRecord]
+    removed_nodes: list[NodeId]
+    slots: dict[SlotId, list[SlotClaim]]
+    """Changed slots with their full new claim list."""
+    upsert_requests: list[RequestRecord]
+    removed_requests: list[Rid]
+    kv: KvState | None
+    """The allocator state if it changed, else None."""
+
+    def is_empty(self) -> bool:
+        parts = (self.upsert_nodes, self.removed_nodes, self.slots, self.upsert_requests, self.removed_requests)
+        return not any(parts) and self.kv is None
+
+    def to_delta(self, *, seq: Seq, step: Step, events: list[Event], counters: Counters) -> Delta:
+        return Delta(
+            schema_version=SCHEMA_VERSION,
+            seq=seq,
+            step=step,
+            upsert_nodes=self.upsert_nodes,
+            removed_nodes=self.removed_nodes,
+            slots=self.slots,
+            upsert_requests=self.upsert_requests,
+            removed_requests=self.removed_requests,
+            kv=self.kv,
+            events=events,
+            counters=counters,
+        )
+
+
+class Capture:
+    """Full states and deltas of one scheduler's cache. Scheduler thread only.
+
+    `scheduler` is sglang's Scheduler (or anything with the attributes pools_0523 reads);
+    `sink` must receive the hooks of `events.hook_points` for `step` to see node and slot
+    changes, and serves this Capture alone (`full_state` restarts its dirty marks). The first
+    `full_state` sets the baseline; `step` moves it forward.
+    """
+
+    def __init__(self, scheduler: Any, sink: EventSink) -> None:
+        tree_cache = scheduler.tree_cache
+        if not supports(tree_cache):
+            raise UnsupportedCache(f"{type(tree_cache).__name__} is not a UnifiedRadixCache with a MAMBA component")
+        self.scheduler = scheduler
+        self.sink = sink
+        self.tree_cache = tree_cache
+        self.pool = scheduler.req_to_token_pool
+        core = tree_cache.tree_core
+        self._view: PythonTreeView | RustTreeView = PythonTreeView(core) if is_python_core(tree_cache) else RustTreeView(core)
+        self._request_reader = RequestReader(self.pool)
+        self._kv_reader = KvReader(scheduler.token_to_kv_pool_allocator)
+        self._nodes: dict[NodeId, NodeRecord] = {}
+        self._slots: dict[SlotId, list[SlotClaim]] = {}
+        self._requests: dict[Rid, RequestRecord] = {}
+        self._kv: KvState | None = None
+        self._tree_slots: TreeSlots = {}
+        self._tree_flat = torch.zeros(0, dtype=torch.int64)
+        """Rust core: every tree-owned slot as of the last capture, shown or not. (The Python
+        core shows every node, so `_tree_slots` is the whole truth there.)"""
+        self._req_claims: dict[SlotId, list[SlotClaim]] = {}
+        self._admission: set[int] = set()
+        self._arena: dict[int, Any] | None = None
+        self._max_node_id = -1
+        self._step = Step(0)
+
+    @property
+    def full_detail(self) -> bool:
+        """False on the Rust tree core: only nodes on request paths are visible."""
+        return self._view.full_detail
+
+    @property
+    def size(self) -> int:
+        """Mamba pool slots (1..size)."""
+        return mamba_pool_size(self.pool)
+
+    def tree_owners(self) -> dict[SlotId, NodeId]:
+        """Tree-owned slot -> its node, as of the last capture: -1 for a node the Rust core does
+        not show, the lowest id where several nodes claim one slot. O(tree-owned slots)."""
+        owners = {slot: min(nodes) for slot, nodes in self._tree_slots.items()}
+        for slot in self._tree_flat.tolist():
+            owners.setdefault(SlotId(slot), NodeId(-1))
+        return owners
+
+    def full_state(self, step: Step, batch: Any = None) -> CacheState:
+        """Everything, read afresh; becomes the baseline for the next `step`."""
+        with _gc_paused():
+            return self._full_state(step, batch)
+
+    def _full_state(self, step: Step, batch: Any) -> CacheState:
+        self.sink.start_tracking()
+        held = held_requests(self.scheduler, batch)
+        if isinstance(self._view, PythonTreeView):
+            self._arena = self._view.arena()
+            self._max_node_id = max(self._arena, default=-1)
+            self._nodes = self._view.all_records(self.sink.tombstones)
+            self._tree_slots = _index(self._nodes.values())
+        else:
+            self._nodes = self._view.path_records(_anchors(held))
+            self._tree_slots = _index(self._nodes.values())
+            self._tree_flat = self._view.tree_slots()
+        self._requests, self._req_claims = self._request_reader.read(held, session_kv(self.tree_cache))
+        self._admission = set(self.sink.admission_slots())
+        free = set(ints_of_many([free_mamba_slots(self.pool)])[0])
+        in_tree = set(self._tree_flat.tolist())
+        self._slots = {
+            SlotId(slot): self._claims(slot, slot in free, slot in in_tree) for slot in range(1, self.size + 1)
+        }
+        self._kv = self._kv_reader.read()
+        self._step = step
+        return self.state
+
+    @property
+    def state(self) -> CacheState:
+        """The baseline as of the last capture (a new CacheState; the records are shared)."""
+        assert self._kv is not None, "full_state() first"
+        return CacheState(
+            step=self._step,
+            nodes=dict(self._nodes),
+            slots=dict(self._slots),
+            requests=dict(self._requests),
+            kv=self._kv,
+        )
+
+    def step(self, step: Step, batch: Any = None) -> DeltaParts:
+        """What changed since the previous capture; moves the baseline to now."""
+        assert self._kv is not None, "full_state() first"
+        held = held_requests(self.scheduler, batch)
+        resync = self.sink.overflowed  # too many marks piled up: re-read all, then diff
+        if resync:
+            self.sink.start_tracking()
+            self._arena = None
+        if isinstance(self._view, PythonTreeView):
+            upserts, removed = self._python_nodes()
+        else:
+            upserts, removed = self._rust_nodes(held)
+        changed_slots = self._apply_nodes(upserts, removed)
+        upsert_requests, removed_requests, moved = self._apply_requests(held)
+        changed_slots |= moved
+
+        admission = set(self.sink.admission_slots())
+        changed_slots |= admission ^ self._admission
+        self._admission = admission
+        changed_slots |= self.sink.take_dirty_slots()
+        if resync:
+            changed_slots |= set(range(1, self.size + 1))
+
+        slots = self._reclaim(changed_slots)
+        kv = None
+        if self._kv_reader.changed():
+            now = self._kv_reader.read()
+            if now != self._kv:
+                kv = self._kv = now
+        self._step = step
+        return DeltaParts(upserts, removed, slots, upsert_requests, removed_requests, kv)
+
+    def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[Rid], set[int]]:
+        """Move the request baseline: (upserts, removed, slots whose request claims changed)."""
+        records, claims = self._request_reader.read(held, session_kv(self.tree_cache))
+        upserts = [r for rid, r in records.items() if self._requests.get(rid) != r]
+        removed = [rid for rid in self._requests if rid not in records]
+        moved = {s for s in claims.keys() | self._req_claims.keys() if claims.get(s) != self._req_claims.get(s)}
+        self._requests, self._req_claims = records, claims
+        return upserts, removed, moved
+
+    # --- nodes ---
+
+    def _python_nodes(self) -> tuple[list[NodeRecord], list[NodeId]]:
+        view = self._view
+        assert isinstance(view, PythonTreeView)
+        arena = view.arena()
+        dirty = self.sink.take_dirty_nodes()
+        if arena is not self._arena:  # reset() (or a mark overflow): every node may differ
+            dirty |= set(self._nodes) | set(arena)
+            self._arena = arena
+        for node_id in reversed(arena):  # nodes created since: the arena's tail
+            if node_id <= self._max_node_id:
+                break
+            dirty.add(node_id)
+        self._max_node_id = max(self._max_node_id, next(reversed(arena), -1))  # the newest is the largest
+        removed = [NodeId(n) for n in dirty if n not in arena and n in self._nodes]
+        alive = [arena[n] for n in dirty if n in arena]
+        memo: dict[int, int] = {}
+        baseline = self._nodes
+
+        def known(node_id: int) -> int | None:
+            record = baseline.get(NodeId(node_id))
+            return record.depth if record is not None and node_id not in dirty else None
+
+        items = [(node, depth_of(node, known, memo)) for node in alive]
+        records = view.records(items, self.sink.tombstones)
+        return [r for r in records if baseline.get(r.id) != r], removed
+
+    def _rust_nodes(self, held: dict[Rid, HeldRequest]) -> tuple[list[NodeRecord], list[NodeId]]:
+        view = self._view
+        assert isinstance(view, RustTreeView)
+        now = view.path_records(_anchors(held))
+        upserts = [r for node_id, r in now.items() if self._nodes.get(node_id) != r]
+        removed = [node_id for node_id in self._nodes if node_id not in now]
+        return upserts, removed
+
+    def _apply_nodes(self, upserts: list[NodeRecord], removed: list[NodeId]) -> set[int]:
+        """Move the node baseline and the index of visible tree slots; returns the slots whose
+        tree ownership may have moved."""
+        changed: set[int] = set()
+        for node_id in removed:
+            changed |= _unindex(self._tree_slots, self._nodes.pop(node_id))
+        for record in upserts:
+            old = self._nodes.get(record.id)
+            if old is not None:
+                changed |= _unindex(self._tree_slots, old)
+            self._nodes[record.id] = record
+            changed |= _add(self._tree_slots, record)
+        if isinstance(self._view, RustTreeView):  # slots held by nodes the core does not show
+            now = self._view.tree_slots()
+            moved = torch.cat((now[~torch.isin(now, self._tree_flat)], self._tree_flat[~torch.isin(self._tree_flat, now)]))
+            changed |= set(moved.tolist())
+            self._tree_flat = now
+        return changed
+
+    # --- slots ---
+
+    def _claims(self, slot: int, free: bool, in_tree: bool) -> list[SlotClaim]:
+        """`in_tree`: some node holds the slot, maybe one the Rust core does not show."""
+        sid = SlotId(slot)
+        owners = self._tree_slots.get(sid)
+        if owners is None and in_tree:
+            owners = {NodeId(-1): -1}
+        return claims_for_slot(sid, free, owners, self._req_claims.get(sid, []), slot in self._admission)
+
+    def _reclaim(self, slots: set[int]) -> dict[SlotId, list[SlotClaim]]:
+        """New claim lists for `slots` (within 1..size) that differ from the baseline."""
+        wanted = sorted(s for s in slots if 1 <= s <= self.size)
+        if not wanted:
+            return {}
+        free = free_mamba_slots(self.pool)
+        probe = torch.tensor(wanted, dtype=free.dtype, device=free.device)
+        is_free = torch.isin(probe, free).tolist()
+        in_tree = torch.isin(probe.cpu(), self._tree_flat).tolist()  # all False on the Python core
+        out = {}
+        for slot, slot_free, slot_in_tree in zip(wanted, is_free, in_tree):
+            claims = self._claims(slot, slot_free, slot_in_tree)
+            if claims != self._slots.get(SlotId(slot)):
+                self._slots[SlotId(slot)] = claims
+                out[SlotId(slot)] = claims
+        return out
+
+
+def _anchors(held: dict[Rid, HeldRequest]) -> list[tuple[int, Any]]:
+    """(locked node, token ids) of each request holding a tree lock (Rust core paths)."""
+    out = []
+    for h in held.values():
+        lock = h.req.lock
+        if lock is not None:
+            out.append((lock.node, h.req.origin_input_ids + h.req.output_ids))
+    return out
+
+
+def _index(records: Any) -> TreeSlots:
+    index: TreeSlots = {}
+    for record in records:
+        _add(index, record)
+    return index
+
+
+def _add(index: TreeSlots, record: NodeRecord) -> set[int]:
+    if record.mamba_slot < 0:
+        return set()
+    index.setdefault(record.mamba_slot, {})[record.id] = node_end(record)
+    return {record.mamba_slot}
+
+
+def _unindex(index: TreeSlots, record: NodeRecord) -> set[int]:
+    owners = index.get(record.mamba_slot)
+    if owners is None or record.id not in owners:
+        return set()
+    del owners[record.id]
+    if not owners:
+        del index[record.mamba_slot]
+    return {record.mamba_slot}
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """A full read allocates a few objects per node; cyclic collections triggered meanwhile
+    would walk the engine's whole heap (tree nodes, tensors) again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,102 @@
+"""The fault library: upstream mamba-cache bug classes, reproduced in the real engine on demand.
+
+Each `Fault` patches the real sglang 0.5.23 methods involved (never fakes snapshots), so
+mcinspect's checks can be shown to catch the bug. A fault is active only where
+MCINSPECT_FAULT names it: `install_fault_from_env()` (called by the CPU engine's
+`patches.install()`, in every embedded-engine process at interpreter start) registers its
+hooks with sglang's HookRegistry as soon as sglang imports the registry, before
+`load_plugins()` applies them. Hooks are applied in every engine process; the patched
+methods run only in the scheduler processes.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import logging
+import os
+import sys
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from . import ownership, track
+from .base import RECOMPUTE_CHECK, Fault, Hook
+
+__all__ = ["ENV_VAR", "FAULTS", "RECOMPUTE_CHECK", "Fault", "FaultError", "Hook", "get_fault", "install_fault_from_env"]
+
+ENV_VAR = "MCINSPECT_FAULT"
+"""Names the fault to install; unset or empty: nothing is patched."""
+
+FAULTS: dict[str, Fault] = {fault.name: fault for fault in (*track.FAULTS, *ownership.FAULTS)}
+
+_HOOK_REGISTRY = "sglang.srt.plugins.hook_registry"
+logger = logging.getLogger("mcinspect.faults")
+_installed: Fault | None = None
+
+
+class FaultError(ValueError):
+    """An unknown fault name; the message lists the known ones."""
+
+
+def get_fault(name: str) -> Fault:
+    """The fault called `name`, or FaultError."""
+    try:
+        return FAULTS[name]
+    except KeyError:
+        raise FaultError(f"unknown fault {name!r}; choose one of {', '.join(FAULTS)}") from None
+
+
+def install_fault_from_env(environ: Mapping[str, str] = os.environ) -> Fault | None:
+    """Install the fault MCINSPECT_FAULT names in this process; return it (None if unset).
+
+    Idempotent. Raises FaultError for an unknown name, before anything is patched. sglang
+    itself is not imported here: the hooks are registered when sglang imports its
+    HookRegistry (at once if it already has).
+    """
+    global _installed
+    name = environ.get(ENV_VAR, "")
+    if not name:
+        return None
+    fault = get_fault(name)
+    if _installed is not None:
+        if _installed is not fault:
+            raise FaultError(f"fault {_installed.name!r} is already installed in this process; cannot add {name!r}")
+        return fault
+    _installed = fault
+    os.environ.update(fault.environment)  # before sglang reads it; child processes inherit it
+    if _HOOK_REGISTRY in sys.modules:
+        _register(fault)
+    else:
+        sys.meta_path.insert(0, _RunAfterImport(_HOOK_REGISTRY, lambda: _register(fault)))
+    return fault
+
+
+def _register(fault: Fault) -> None:
+    fault.install()
+    logger.info("mcinspect fault %r installed in pid %d: %s", fault.name, os.getpid(), ", ".join(fault.targets))
+
+
+class _RunAfterImport(importlib.abc.MetaPathFinder):
+    """Runs `action` right after module `name` executes, then leaves sys.meta_path."""
+
+    def __init__(self, name: str, action: Callable[[], None]) -> None:
+        self.name = name
+        self.action = action
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # one shot; also lets the normal finders locate the module
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+        action = self.action
+
+        def exec_then_act(module: types.ModuleType) -> None:
+            run_module(module)
+            action()
+
+        spec.loader.exec_module = exec_then_act  # type: ignore[method-assign]
+        return spec

@@ -1,0 +1,80 @@
+"""What a fault is: a named set of hooks on real sglang methods that reproduces one bug class."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+HookKind = Literal["before", "after", "around", "replace"]
+"""sglang's HookType values (`sglang.srt.plugins.hook_registry.HookType`)."""
+
+SRT = "sglang.srt."
+GDN_BACKEND = SRT + "layers.attention.linear.gdn_backend.GDNAttnBackend"
+MAMBA_COMPONENT = SRT + "mem_cache.unified_cache.components.mamba.MambaComponent"
+RADIX_CACHE = SRT + "mem_cache.unified_radix_cache.UnifiedRadixCache"
+REQ_TO_TOKEN_POOL = SRT + "mem_cache.memory_pool.HybridReqToTokenPool"
+TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_track_plan"
+
+RECOMPUTE_CHECK = "T2-recompute"
+"""Invariant T2 (a cached state equals its prefix recomputed alone): the differential check,
+not one of mcinspect.checks' per-step checks."""
+
+EXTRA_BUFFER_STRATEGIES = ("extra_buffer", "extra_buffer_lazy")
+ALL_STRATEGIES = ("no_buffer", *EXTRA_BUFFER_STRATEGIES)
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One patch: sglang's HookRegistry calls `fn` as the `kind` hook of `target`.
+
+    Signatures follow HookRegistry: before(*args), after(result, *args),
+    around(original, *args), replace(*args); `args[0]` is `self` for a method.
+    """
+
+    target: str
+    kind: HookKind
+    fn: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One upstream bug class, reproduced in the real engine by patching sglang.
+
+    `expected_checks` names the mcinspect checks that must report it, the one meant to catch
+    it first leading: keys of `mcinspect.checks.CHECKS`, or RECOMPUTE_CHECK for a state only
+    a recompute of its prefix can prove wrong. `strategies` and `page_sizes` say where the
+    bug exists (`page_sizes` empty: any page size the strategy accepts).
+    """
+
+    name: str
+    upstream: str
+    description: str
+    expected_checks: tuple[str, ...]
+    strategies: tuple[str, ...]
+    hooks: tuple[Hook, ...]
+    page_sizes: tuple[int, ...] = ()
+    trigger: str = ""
+    """Which requests of the demo workload make the bug bite."""
+    environment: tuple[tuple[str, str], ...] = ()
+    """Environment variables the engine needs while the fault is active."""
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The sglang methods or functions this fault patches."""
+        return tuple(dict.fromkeys(hook.target for hook in self.hooks))
+
+    def applies_to(self, strategy: str, page_size: int) -> bool:
+        """Whether the bug can happen under this cache configuration."""
+        return strategy in self.strategies and (not self.page_sizes or page_size in self.page_sizes)
+
+    def install(self) -> None:
+        """Register the hooks with sglang's HookRegistry.
+
+        They take effect at the next `HookRegistry.apply_hooks()`, which sglang's
+        `load_plugins()` runs at the top of every engine process.
+        """
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        for hook in self.hooks:
+            HookRegistry.register(hook.target, hook.fn, HookType(hook.kind))

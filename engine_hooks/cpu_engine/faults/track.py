@@ -1,0 +1,133 @@
+"""Faults in what a tracked slot holds and the depth it is credited with.
+
+Each function here is a hook body for sglang's HookRegistry (see `base.Hook`); parameter
+names match the sglang method they wrap, since sglang passes some arguments by keyword.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Any
+
+from .base import (
+    EXTRA_BUFFER_STRATEGIES,
+    GDN_BACKEND,
+    MAMBA_COMPONENT,
+    RECOMPUTE_CHECK,
+    TRACK_PLAN,
+    Fault,
+    Hook,
+)
+
+
+def gather_chunk_states_on_flat_grid(
+    plan: Any,
+    mask: list[bool],
+    track_lens: list[int],
+    extend_lens: list[int],
+    prefix_lens: list[int],
+    chunk_size: int,
+    *,
+    mamba2: bool,
+) -> Any:
+    """After `build_prefill_track_plan`: index `h` by the flattened batch's chunk grid.
+
+    The GDN kernel chunks each request separately (request i's chunk states start at row
+    sum_{j<i} ceil(len_j / chunk)); the faulty plan reads row floor((start_i + aligned_i) /
+    chunk) instead, the Mamba2 formula. Row 0 is unaffected; every later request whose
+    predecessors' lengths are not chunk multiples gets an earlier chunk's state, often
+    another request's.
+    """
+    if mamba2:  # Mamba2's kernel has the flat grid; the faulty formula is right there
+        return None
+    starts = list(accumulate(extend_lens, initial=0))
+    plan.h_src = [(starts[row] + plan.chunk_indices[row] * chunk_size) // chunk_size for row in plan.h_rows]
+    return plan
+
+
+def skip_track_write(*args: Any, **kwargs: Any) -> None:
+    """Stands in for the backend's state-tracking copy: the tracked slot is never written."""
+
+
+def credit_one_page_late(component: Any, req: Any, insert_params: Any, token_ids_len: int, is_finished: bool) -> None:
+    """Before `MambaComponent.prepare_for_caching_req`: the tracked seqlen runs one page ahead.
+
+    The slot holds the state at the seqlen the track plan chose; the donation names it
+    one page later, so the node it lands on is one page deeper than its state.
+    """
+    if component.cache.enable_mamba_extra_buffer and req.kv.mamba_last_track_seqlen:
+        req.kv.mamba_last_track_seqlen += component.cache.page_size
+
+
+def floor_one_page_short(component: Any, cache_len: int) -> int:
+    """Replaces `MambaComponent.floor_cache_len` (a no-op upstream): the key ends a page early.
+
+    The mamba value prepared for `cache_len` tokens is then stamped on a node one page
+    shallower, as when another component (SWA window, DCP page) floors the key below the
+    state's depth.
+    """
+    return max(cache_len - component.cache.page_size, 0)
+
+
+WRONG_CHUNK_STATE = Fault(
+    name="wrong-chunk-state",
+    upstream="sgl-project/sglang#37836 (#31833, #33450)",
+    description=(
+        "Prefill tracking of an unaligned checkpoint gathers the chunk state `h` by the "
+        "flattened batch's chunk grid, so every request after the first in a multi-request "
+        "prefill caches the state of an earlier chunk boundary (often another request's). "
+        "Slot ids, seqlens and depths stay right."
+    ),
+    expected_checks=(RECOMPUTE_CHECK,),
+    strategies=EXTRA_BUFFER_STRATEGIES,
+    hooks=(Hook(TRACK_PLAN, "after", gather_chunk_states_on_flat_grid),),
+    trigger="a prefill batch whose second or later request tracks a checkpoint (extend >= 64 tokens) "
+    "after a request whose extend length is not a multiple of 64",
+)
+
+UNWRITTEN_SLOT = Fault(
+    name="unwritten-slot",
+    upstream="sgl-project/sglang#30862 (#31474)",
+    description=(
+        "The linear-attention backend never copies the SSM state into the ping-pong track "
+        "slot (KDA before #30862 called neither track method), yet the scheduler donates the "
+        "slot to the tree: a cached node holds whatever the slot held before."
+    ),
+    expected_checks=(RECOMPUTE_CHECK, "content-immutable"),
+    strategies=EXTRA_BUFFER_STRATEGIES,
+    hooks=(
+        Hook(f"{GDN_BACKEND}._track_mamba_state_extend", "replace", skip_track_write),
+        Hook(f"{GDN_BACKEND}._track_mamba_state_decode", "replace", skip_track_write),
+    ),
+    trigger="any tracked prefill (extend >= 64 tokens) that is later donated",
+)
+
+TRACK_OFF_BY_ONE = Fault(
+    name="track-off-by-one",
+    upstream="sgl-project/sglang#29792 (#31369, #31622, #24590)",
+    description=(
+        "The seqlen credited to the tracked slot is one step (one page) ahead of the state it "
+        "holds, as when decode result processing read kv_committed_len without the overlap "
+        "lookahead: the donated state lands on a node one page deeper than its position."
+    ),
+    expected_checks=("state-depth", RECOMPUTE_CHECK),
+    strategies=EXTRA_BUFFER_STRATEGIES,
+    hooks=(Hook(f"{MAMBA_COMPONENT}.prepare_for_caching_req", "before", credit_one_page_late),),
+    trigger="every donation of a tracked state with at least a page of tokens after it",
+)
+
+DEPTH_MISMATCH = Fault(
+    name="depth-mismatch",
+    upstream="sgl-project/sglang#38815 (#39209, #34808, #35412)",
+    description=(
+        "checkpoint_into_tree floors the key one page below the depth the mamba state was "
+        "prepared for (SWA truncation, DCP-widened pages): the state is stamped on a "
+        "shallower node, and a hit there replays the missing tokens on top of it."
+    ),
+    expected_checks=("state-depth", RECOMPUTE_CHECK),
+    strategies=("no_buffer", *EXTRA_BUFFER_STRATEGIES),
+    hooks=(Hook(f"{MAMBA_COMPONENT}.floor_cache_len", "replace", floor_one_page_short),),
+    trigger="every insert of a mamba state",
+)
+
+FAULTS: tuple[Fault, ...] = (WRONG_CHUNK_STATE, UNWRITTEN_SLOT, TRACK_OFF_BY_ONE, DEPTH_MISMATCH)

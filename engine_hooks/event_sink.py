@@ -1,0 +1,180 @@
+"""EventSink: what the hooks leave for the next step boundary (events.py fills it, Capture and
+the plugin read it). Slot ids stay tensors until `drain`, which converts them in one copy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcinspect.schema import EvictEvent, Event, NodeId, SlotId, Step
+
+from .tensor_runs import IndexValue, ints_of_many
+
+
+@dataclass(frozen=True)
+class DeferredSlot:
+    """A slot-id field still held as a tensor (or None): becomes an int at drain."""
+
+    value: IndexValue
+
+
+@dataclass(frozen=True)
+class DeferredSlots:
+    """A slot-list field still held as tensors: becomes a list of ints at drain."""
+
+    values: Sequence[IndexValue]
+
+
+@dataclass
+class _Eviction:
+    nodes: list[int] = field(default_factory=list)
+    slots: list[IndexValue] = field(default_factory=list)
+    tokens: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes or self.slots or self.tokens)
+
+
+class EventSink:
+    """What the hooks leave for the next step boundary. Scheduler thread only.
+
+    - events: bounded (`max_events`); past the bound they are counted in `dropped_events`;
+    - dirty node ids (Python tree core): nodes whose record may have changed;
+    - changed mamba slots: whatever the allocator handed out or took back;
+    - `tombstones`: nodes whose mamba state sglang evicted (sglang keeps no such mark; a split
+      parent also has no state but never had one);
+    - `admission`: the slots `alloc_group_begin` pre-allocated while its group is open.
+
+    Dirty marks are kept only while `tracking` (a Capture reads them); when more pile up than
+    `max_dirty`, they are dropped and `overflowed` tells Capture to re-read everything.
+    """
+
+    def __init__(self, max_events: int = 10_000, max_dirty: int = 1_000_000) -> None:
+        self.max_events = max_events
+        self.max_dirty = max_dirty
+        self.dropped_events = 0
+        self.tracking = False
+        self.overflowed = False
+        self.dirty_nodes: set[int] = set()
+        self.tombstones: set[int] = set()
+        self.admission: IndexValue = None
+        self._dirty_slots: list[IndexValue] = []
+        self._pending: list[tuple[type, dict[str, Any]]] = []
+        self._eviction = _Eviction()
+        self._evict_depth = 0
+        self.request: Any = None
+        """The request of the latest match / release / checkpoint: who a lock move is for."""
+        self.checkpointing: Any = None
+
+    # --- written by hooks ---
+
+    def emit(self, cls: type, **fields: Any) -> None:
+        """Queue event `cls(step=..., **fields)`; slot fields may still be DeferredSlot(s)."""
+        if len(self._pending) >= self.max_events:
+            self.dropped_events += 1
+            return
+        self._pending.append((cls, fields))
+
+    def mark(self, node_id: int) -> None:
+        """The node's record may have changed (or the node is gone)."""
+        if self.tracking:
+            self.dirty_nodes.add(node_id)
+            if len(self.dirty_nodes) > self.max_dirty:
+                self._overflow()
+
+    def mark_path(self, node: Any) -> None:
+        """`node` and its ancestors (lock refs and match timestamps change along a path)."""
+        while node is not None and self.tracking:
+            self.mark(node.id)
+            node = node.parent
+
+    def slot_changed(self, slots: IndexValue) -> None:
+        """The mamba allocator handed out or took back `slots` (a tensor, read at the step)."""
+        if self.tracking:
+            self._dirty_slots.append(slots)
+            if len(self._dirty_slots) > self.max_dirty:
+                self._overflow()
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self.dirty_nodes.clear()
+        self._dirty_slots.clear()
+
+    def evicting(self, node_id: int) -> None:
+        """A node lost a component value or left the tree during an eviction."""
+        self._eviction.nodes.append(node_id)
+
+    def evicted_values(self, mamba: Sequence[IndexValue], full_tokens: int) -> None:
+        """One eviction step's freed tree slots and KV token count."""
+        self._eviction.slots.extend(mamba)
+        self._eviction.tokens += full_tokens
+        if self._evict_depth == 0:  # an eviction outside evict(): path cap, host, SWA
+            self._flush_eviction()
+
+    def evict_begin(self) -> None:
+        """An evict() call starts; nested calls join the outermost one's EvictEvent."""
+        self._evict_depth += 1
+
+    def evict_end(self) -> None:
+        """An evict() call returned; the outermost one emits its EvictEvent."""
+        self._evict_depth = max(0, self._evict_depth - 1)
+        if self._evict_depth == 0:
+            self._flush_eviction()
+
+    def _flush_eviction(self) -> None:
+        eviction, self._eviction = self._eviction, _Eviction()
+        if eviction:
+            nodes = [NodeId(n) for n in dict.fromkeys(eviction.nodes)]
+            self.emit(EvictEvent, nodes=nodes, slots=DeferredSlots(eviction.slots), tokens=eviction.tokens)
+
+    # --- read at the step boundary ---
+
+    def start_tracking(self) -> None:
+        """A Capture is about to read everything: marks from now on are what changes after."""
+        self.tracking = True
+        self.overflowed = False
+        self.dirty_nodes = set()
+        self._dirty_slots = []
+
+    def take_dirty_nodes(self) -> set[int]:
+        """Node ids marked since the last take (may include removed nodes and other trees')."""
+        dirty, self.dirty_nodes = self.dirty_nodes, set()
+        return dirty
+
+    def take_dirty_slots(self) -> set[int]:
+        """Slot ids the allocator moved since the last take (one device copy)."""
+        tensors, self._dirty_slots = self._dirty_slots, []
+        return {slot for slots in ints_of_many(tensors) for slot in slots}
+
+    def admission_slots(self) -> list[int]:
+        """The open admission group's pre-allocated slots ([] when no group is open)."""
+        return ints_of_many([self.admission])[0]
+
+    def drain(self, step: Step) -> list[Event]:
+        """The events since the last drain, stamped with `step` (one device copy for all)."""
+        # An eviction whose after-hook never ran (it raised) is over by the step boundary.
+        self._evict_depth = 0
+        self._flush_eviction()
+        pending, self._pending = self._pending, []
+        tensors: list[IndexValue] = []
+        for _, fields in pending:
+            for value in fields.values():
+                if isinstance(value, DeferredSlot):
+                    tensors.append(value.value)
+                elif isinstance(value, DeferredSlots):
+                    tensors.extend(value.values)
+        ints = iter(ints_of_many(tensors))
+        events: list[Event] = []
+        for cls, fields in pending:
+            plain = {}
+            for name, value in fields.items():
+                if isinstance(value, DeferredSlot):
+                    got = next(ints)
+                    plain[name] = SlotId(got[0] if got else -1)
+                elif isinstance(value, DeferredSlots):
+                    plain[name] = [SlotId(s) for _ in value.values for s in next(ints)]
+                else:
+                    plain[name] = value
+            events.append(cls(step=step, **plain))
+        return events

@@ -1,0 +1,261 @@
+"""sglang 0.5.23 scheduler state -> schema records: requests, mamba slot claims, KV allocator.
+
+Where each piece lives (checked against the 0.5.23 source):
+
+- requests the scheduler holds: `scheduler.chunked_req`; `running_batch.reqs`; `last_batch`,
+  `cur_batch_for_debug` and the batches in `result_queue` (under overlap scheduling a new
+  prefill batch is merged into `running_batch` only on the next iteration, and the batch whose
+  forward is in flight sits in `result_queue`); `waiting_queue`;
+- a request's mamba fields: `req.kv` (`ReqKvInfo`): `mamba_pool_idx` (working slot),
+  `mamba_ping_pong_track_buffer` (1 or 2 slot ids, -1 empty), `mamba_ping_pong_empty`,
+  `mamba_next_track_idx`, `mamba_last_track_idx`, `mamba_last_track_seqlen`,
+  `mamba_prev_track_seqlen`, `mamba_cow_src_index`, `mamba_needs_clear`; its KV row
+  `req_to_token_pool.req_to_token[req.kv.req_pool_idx]`;
+- streaming sessions keep slots between turns: `tree_cache.session_records()` (sid -> ReqKvInfo);
+- the mamba free list: `req_to_token_pool.mamba_allocator.free_slots` (slots 1..size, 0 is a
+  dummy); the KV free list: `token_to_kv_pool_allocator.get_all_free_pages()` (page ids, token
+  ids when page_size is 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcinspect.schema import KvState, NodeId, RequestRecord, RequestState, Rid, Runs, SlotClaim, SlotId
+
+from .tensor_runs import free_token_runs, ints_of_many, runs_of_many
+
+TreeSlots = dict[SlotId, dict[NodeId, int]]
+"""Tree-owned slot -> {node id: node end depth}; more than one node is a bug to show."""
+
+
+@dataclass(frozen=True)
+class HeldRequest:
+    req: Any
+    state: RequestState
+
+
+def held_requests(scheduler: Any, batch: Any = None) -> dict[Rid, HeldRequest]:
+    """Every request the scheduler holds, with its state; `batch` is the one just processed.
+
+    A finished request whose KV row went back is not held: it has nothing left, batches keep
+    it only until the next one is built, and its `req.kv` can be stale (under no_buffer the
+    tree takes its working slot and sglang leaves `mamba_pool_idx` set). Leaving it out also
+    makes the result the same with or without `batch`, whose other requests the scheduler
+    holds anyway (running_batch, chunked_req, waiting_queue).
+    """
+    batches = [batch, getattr(scheduler, "running_batch", None), getattr(scheduler, "last_batch", None)]
+    batches.append(getattr(scheduler, "cur_batch_for_debug", None))
+    batches.extend(queued for queued, _ in getattr(scheduler, "result_queue", ()))
+    held: dict[Rid, HeldRequest] = {}
+    chunked = getattr(scheduler, "chunked_req", None)
+    if chunked is not None:
+        held[chunked.rid] = HeldRequest(chunked, "chunked")
+    for one in batches:
+        for req in getattr(one, "reqs", None) or ():
+            finished = req.finished()
+            if req.rid not in held and not (finished and not req.kv.holds_kv):
+                held[req.rid] = HeldRequest(req, "finished" if finished else "running")
+    for req in getattr(scheduler, "waiting_queue", ()):
+        if req.rid not in held:
+            held[req.rid] = HeldRequest(req, "waiting")
+    return held
+
+
+def session_kv(tree_cache: Any) -> dict[Rid, Any]:
+    """Streaming sessions' kept ReqKvInfo, keyed by a pseudo request id `session:<sid>`."""
+    records = getattr(tree_cache, "session_records", None)
+    if records is None:
+        return {}
+    return {Rid(f"session:{sid}"): kv for sid, kv in records().items()}
+
+
+def _opt(value: int | None) -> int:
+    return -1 if value is None else int(value)
+
+
+@dataclass
+class _RowRuns:
+    """A request's KV runs cached across steps: decode only appends to its row."""
+
+    key: tuple[Any, ...]
+    allocated_len: int
+    runs: Runs
+
+
+class RequestReader:
+    """Builds RequestRecords and the request-side slot claims, one device copy per step."""
+
+    def __init__(self, req_to_token_pool: Any) -> None:
+        self.pool = req_to_token_pool
+        self._rows: dict[Rid, _RowRuns] = {}
+
+    def read(
+        self, held: Mapping[Rid, HeldRequest], sessions: Mapping[Rid, Any]
+    ) -> tuple[dict[Rid, RequestRecord], dict[SlotId, list[SlotClaim]]]:
+        """(records of `held`, request claims by slot incl. sessions')."""
+        kvs = [(rid, h.req.kv) for rid, h in held.items()] + list(sessions.items())
+        tensors = []
+        for _, kv in kvs:
+            tensors += [kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index]
+        values = ints_of_many(tensors)
+        slots = {rid: values[3 * i : 3 * i + 3] for i, (rid, _) in enumerate(kvs)}
+        claims: dict[SlotId, list[SlotClaim]] = {}
+        for rid, kv in kvs:
+            for claim in _claims(rid, kv, *slots[rid]):
+                claims.setdefault(claim.slot, []).append(claim)
+        for listed in claims.values():
+            listed.sort(key=_claim_order)
+        kv_runs = self._kv_runs(held)
+        records = {
+            rid: _record(rid, h, slots[rid], kv_runs[rid]) for rid, h in held.items()
+        }
+        return records, claims
+
+    def _kv_runs(self, held: Mapping[Rid, HeldRequest]) -> dict[Rid, Runs]:
+        """`req_to_token[row, :allocated_len]` as runs; only the new tail is read when a
+        request's row, protected prefix and retraction count are unchanged."""
+        pending: list[tuple[Rid, _RowRuns, int]] = []
+        slices = []
+        out: dict[Rid, Runs] = {}
+        rows: dict[Rid, _RowRuns] = {}
+        for rid, h in held.items():
+            kv = h.req.kv
+            if kv.req_pool_idx is None or kv.kv_allocated_len <= 0:
+                out[rid] = []
+                continue
+            key = (kv.req_pool_idx, kv.cache_protected_len, getattr(h.req, "retraction_count", 0), id(kv))
+            cached = self._rows.get(rid)
+            start = 0
+            if cached is not None and cached.key == key and kv.kv_allocated_len >= cached.allocated_len:
+                start = cached.allocated_len
+            else:
+                cached = _RowRuns(key, 0, [])
+            pending.append((rid, cached, kv.kv_allocated_len))
+            slices.append(self.pool.req_to_token[kv.req_pool_idx, start : kv.kv_allocated_len])
+        for (rid, cached, allocated), tail in zip(pending, runs_of_many(slices)):
+            runs = _join(cached.runs, tail)
+            rows[rid] = _RowRuns(cached.key, allocated, runs)
+            out[rid] = runs
+        self._rows = rows
+        return out
+
+
+def _join(head: Runs, tail: Runs) -> Runs:
+    if head and tail and head[-1][0] + head[-1][1] == tail[0][0]:
+        return head[:-1] + [(head[-1][0], head[-1][1] + tail[0][1])] + tail[1:]
+    return head + tail
+
+
+_KIND_ORDER = {"working": 0, "ping_pong": 1, "cow_source": 2}
+
+
+def _claim_order(claim: SlotClaim) -> tuple[int, str, int]:
+    return _KIND_ORDER[claim.kind], claim.rid, claim.ping_pong_index
+
+
+def _claims(rid: Rid, kv: Any, working: list[int], ping_pong: list[int], cow: list[int]) -> Iterable[SlotClaim]:
+    if working:
+        yield SlotClaim(SlotId(working[0]), "working", rid=rid)
+    empty = kv.mamba_ping_pong_empty or [slot < 0 for slot in ping_pong]
+    last = kv.mamba_last_track_idx
+    for index, slot in enumerate(ping_pong):
+        if empty[index] or slot < 0:
+            continue
+        is_last = index == last
+        seqlen = kv.mamba_last_track_seqlen if is_last else kv.mamba_prev_track_seqlen
+        yield SlotClaim(SlotId(slot), "ping_pong", rid=rid, ping_pong_index=index, last_tracked=is_last, seqlen=_opt(seqlen))
+    if cow:
+        yield SlotClaim(SlotId(cow[0]), "cow_source", rid=rid)
+
+
+def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) -> RequestRecord:
+    req, kv = held.req, held.req.kv
+    working, ping_pong, cow = slots
+    return RequestRecord(
+        rid=rid,
+        state=held.state,
+        row=_opt(kv.req_pool_idx),
+        prompt_len=len(req.origin_input_ids),
+        output_len=len(req.output_ids),
+        prefix_len=int(req.prefix_len),
+        cache_protected_len=kv.cache_protected_len,
+        committed_len=kv.kv_committed_len,
+        allocated_len=kv.kv_allocated_len,
+        last_node=NodeId(req.last_node if isinstance(req.last_node, int) else -1),
+        working_slot=SlotId(working[0] if working else -1),
+        ping_pong=[SlotId(slot) for slot in ping_pong],
+        ping_pong_empty=list(kv.mamba_ping_pong_empty or [slot < 0 for slot in ping_pong]),
+        next_track_idx=_opt(kv.mamba_next_track_idx),
+        last_track_idx=_opt(kv.mamba_last_track_idx),
+        last_track_seqlen=_opt(kv.mamba_last_track_seqlen),
+        prev_track_seqlen=_opt(kv.mamba_prev_track_seqlen),
+        cow_source=SlotId(cow[0] if cow else -1),
+        needs_clear=bool(kv.mamba_needs_clear),
+        kv_runs=kv_runs,
+    )
+
+
+def claims_for_slot(
+    slot: int,
+    free: bool,
+    tree: Mapping[NodeId, int] | None,
+    requests: Sequence[SlotClaim],
+    admission: bool,
+) -> list[SlotClaim]:
+    """All claims on one slot, in a fixed order; `unaccounted` when nothing holds it.
+
+    `admission`: the slot was pre-allocated by `alloc_group_begin` and the group is open; it
+    counts as a claim only while no request holds the slot yet.
+    """
+    sid = SlotId(slot)
+    claims = [SlotClaim(sid, "free")] if free else []
+    for node, seqlen in sorted((tree or {}).items()):
+        claims.append(SlotClaim(sid, "tree", node=node, seqlen=seqlen))
+    claims.extend(requests)
+    if admission and not free and not requests:
+        claims.append(SlotClaim(sid, "admission"))
+    return claims or [SlotClaim(sid, "unaccounted")]
+
+
+def free_mamba_slots(req_to_token_pool: Any) -> torch.Tensor:
+    """The mamba allocator's free list (int64 tensor of slot ids)."""
+    return req_to_token_pool.mamba_allocator.free_slots
+
+
+def mamba_pool_size(req_to_token_pool: Any) -> int:
+    return int(req_to_token_pool.mamba_allocator.size)
+
+
+class KvReader:
+    """The KV allocator's free list as runs, re-read only when the allocator changed it.
+
+    sglang's allocators never edit `free_pages` in place: every alloc and free binds a new
+    tensor (slice or cat), so holding the last one and comparing identity detects a change.
+    """
+
+    def __init__(self, allocator: Any) -> None:
+        self.allocator = allocator
+        self._seen: tuple[Any, ...] | None = None
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        a = self.allocator
+        return (getattr(a, "free_pages", None), getattr(a, "release_pages", None), getattr(a, "num_staged_pages", None))
+
+    def changed(self) -> bool:
+        """False only when the free list is provably the one last read."""
+        seen, now = self._seen, self._fingerprint()
+        if seen is None or now[0] is None:
+            return True
+        return seen[0] is not now[0] or seen[1] is not now[1] or seen[2] != now[2]
+
+    def read(self) -> KvState:
+        """The allocator now (keeps a reference to its free list for `changed`)."""
+        self._seen = self._fingerprint()
+        a = self.allocator
+        free = a.get_all_free_pages()
+        return KvState(page_size=int(a.page_size), size=int(a.size), free_runs=free_token_runs(free, int(a.page_size)))

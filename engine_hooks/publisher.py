@@ -1,0 +1,165 @@
+"""The delta stream of one scheduler process: a ZMQ PUB socket fed by a bounded queue.
+
+The scheduler thread only enqueues (`publish`); a daemon thread encodes, sends and keeps a
+bounded ring of recent encoded deltas for `GetHistory`. Nothing here can block the scheduler:
+a full queue drops the delta (counted; clients see the seq gap and recover), and a slow
+subscriber is dropped by ZMQ itself once its send high-water mark is reached.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections import deque
+from typing import NamedTuple
+
+import msgspec
+import zmq
+
+from mcinspect.schema import STREAM_TOPIC, Delta
+
+logger = logging.getLogger("mcinspect.engine_hooks")
+
+_POLL_S = 0.1
+"""How often the sender thread looks at its stop flag while the queue is empty."""
+
+
+class HistoryWindow(NamedTuple):
+    """Encoded deltas after some seq, as held in the ring."""
+
+    oldest_seq: int
+    """Oldest seq the ring holds (last published + 1 while it is empty)."""
+    payloads: list[bytes]
+    """msgpack-encoded `Delta`s, consecutive seqs, oldest first."""
+
+
+class Publisher:
+    """PUB socket + sender thread + history ring for one scheduler process.
+
+    Frames on the wire: [STREAM_TOPIC, seq as 8-byte big-endian, msgpack Delta].
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        queue_size: int = 4096,
+        history_size: int = 1024,
+        send_hwm: int = 1000,
+    ) -> None:
+        """Bind the PUB socket now (a taken port raises here, in the caller's thread).
+
+        Memory held in the engine: at most queue_size Delta objects waiting, history_size
+        encoded deltas in the ring, and per subscriber at most send_hwm encoded deltas (plus the
+        kernel's socket buffer). send_hwm <= history_size lets a subscriber that fell behind
+        usually recover from the ring instead of a snapshot.
+        """
+        self._queue: queue.Queue[Delta] = queue.Queue(maxsize=queue_size)
+        self._ring: deque[tuple[int, bytes]] = deque(maxlen=history_size)
+        self._ring_lock = threading.Lock()
+        self._last_sent = 0
+        self._dropped = 0
+        self._published = 0
+        self._counter_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._socket = zmq.Context.instance().socket(zmq.PUB)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        # Per-subscriber bound: past it ZMQ drops messages for that subscriber only.
+        self._socket.setsockopt(zmq.SNDHWM, send_hwm)
+        self._socket.bind(f"tcp://{host}:{port}")
+        self.port = int(self._socket.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+        """The bound port (useful when constructed with port 0)."""
+        self._thread = threading.Thread(target=self._run, name="mcinspect-publisher", daemon=True)
+
+    def start(self) -> None:
+        """Start the sender thread; deltas published before this wait in the queue."""
+        self._thread.start()
+
+    def publish(self, delta: Delta) -> None:
+        """Enqueue `delta` for sending; never blocks, never raises.
+
+        Call in seq order (the inspector assigns seqs under its lock and publishes under it).
+        The delta and its lists must not be mutated afterwards: the sender thread encodes it later.
+        """
+        try:
+            self._queue.put_nowait(delta)
+        except queue.Full:
+            self._count_drop()
+
+    @property
+    def published(self) -> int:
+        """Deltas handed to ZMQ (a slow subscriber may still miss some)."""
+        with self._counter_lock:
+            return self._published
+
+    @property
+    def dropped(self) -> int:
+        """Deltas that never reached the wire (queue full, or could not be encoded)."""
+        with self._counter_lock:
+            return self._dropped
+
+    def history_after(self, after_seq: int) -> HistoryWindow | None:
+        """Encoded deltas with seq > after_seq, or None if some of them left the ring already."""
+        with self._ring_lock:
+            if not self._ring:
+                return HistoryWindow(self._last_sent + 1, [])
+            oldest = self._ring[0][0]
+            if after_seq + 1 < oldest:
+                return None
+            start = min(after_seq + 1 - oldest, len(self._ring))
+            return HistoryWindow(oldest, [payload for _, payload in itertools.islice(self._ring, start, None)])
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the sender thread and close the socket; queued deltas are discarded.
+
+        ZMQ frees the port shortly after this returns, asynchronously."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        elif self._thread.ident is None:  # never started: the socket is still ours
+            self._socket.close(linger=0)
+
+    def _run(self) -> None:
+        encoder = msgspec.msgpack.Encoder()  # one per thread: no sharing with other threads
+        try:
+            while not self._stop.is_set():
+                try:
+                    delta = self._queue.get(timeout=_POLL_S)
+                except queue.Empty:
+                    continue
+                self._send(encoder, delta)
+        finally:
+            self._socket.close(linger=0)
+
+    def _send(self, encoder: msgspec.msgpack.Encoder, delta: Delta) -> None:
+        try:
+            payload = encoder.encode(delta)
+            seq = int(delta.seq)
+            header = seq.to_bytes(8, "big")
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+            # A hook built a delta that cannot go on the wire: dropped (clients see a gap).
+            self._count_drop()
+            logger.error("mcinspect: a delta could not be encoded and was dropped: %s", exc)
+            return
+        with self._ring_lock:
+            # The ring only ever holds consecutive seqs, so `history_after` can answer by index;
+            # a hole (a delta dropped from the queue) restarts it.
+            if seq != self._last_sent + 1:
+                self._ring.clear()
+            self._ring.append((seq, payload))
+            self._last_sent = seq
+        # Into the ring before onto the wire: any seq a client has seen is in the ring.
+        try:
+            self._socket.send_multipart([STREAM_TOPIC, header, payload], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self._count_drop()  # PUB drops rather than blocks; this guards a libzmq that says so
+            return
+        with self._counter_lock:
+            self._published += 1
+
+    def _count_drop(self) -> None:
+        with self._counter_lock:
+            self._dropped += 1

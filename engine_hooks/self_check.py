@@ -1,0 +1,78 @@
+"""Engine-side self-check (MCINSPECT_SELF_CHECK=1): after each step, the incremental state must
+equal a full re-read, and agree with sglang's own counters. For tests and for debugging
+mcinspect itself; it costs a full capture per step, so it is off by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from mcinspect.schema import CacheState, Step
+
+from .capture import Capture
+
+SELF_CHECK_ENV = "MCINSPECT_SELF_CHECK"
+logger = logging.getLogger("mcinspect.engine_hooks")
+
+
+class SelfCheck:
+    """Counts verified steps and failures; remembers the first failure's reason."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.failures = 0
+        self.first_failure = ""
+
+    @classmethod
+    def from_env(cls) -> SelfCheck | None:
+        return cls() if os.environ.get(SELF_CHECK_ENV) == "1" else None
+
+    def after_step(self, capture: Capture, scheduler: Any, step: Step) -> None:
+        incremental = capture.state
+        fresh = capture.full_state(step)  # same content if the deltas were right; rebaselines if not
+        reasons = differences(incremental, fresh) + disagreements_with_sglang(fresh, scheduler, capture.full_detail)
+        self.steps += 1
+        if reasons:
+            self.failures += 1
+            if not self.first_failure:
+                self.first_failure = f"step {step}: {reasons[0]}"
+                logger.error("mcinspect self-check failed at %s", self.first_failure)
+
+
+def differences(incremental: CacheState, fresh: CacheState) -> list[str]:
+    """Where replaying deltas diverged from a full read (first few only)."""
+    reasons = []
+    for name in ("nodes", "slots", "requests"):
+        a, b = getattr(incremental, name), getattr(fresh, name)
+        if a != b:
+            keys = sorted({k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}, key=str)[:3]
+            reasons.append(f"{name} differ from a full read at {keys}")
+    if incremental.kv != fresh.kv:
+        reasons.append("KV free list differs from a full read")
+    return reasons
+
+
+def disagreements_with_sglang(state: CacheState, scheduler: Any, full_detail: bool) -> list[str]:
+    """The state against sglang's own counters of the same moment."""
+    reasons = []
+    allocator = scheduler.req_to_token_pool.mamba_allocator
+    free = sum(1 for claims in state.slots.values() for claim in claims if claim.kind == "free")
+    if free != allocator.available_size():
+        reasons.append(f"{free} free slot claims, mamba allocator says {allocator.available_size()}")
+    kv_free = sum(length for _, length in state.kv.free_runs)
+    sglang_free = scheduler.token_to_kv_pool_allocator.available_size()
+    if kv_free != sglang_free:
+        reasons.append(f"{kv_free} free KV tokens, allocator says {sglang_free}")
+    if full_detail:
+        arena = scheduler.tree_cache.tree_core._node_arena
+        if len(state.nodes) != len(arena):
+            reasons.append(f"{len(state.nodes)} nodes, sglang's tree core has {len(arena)}")
+        else:
+            for node_id, node in arena.items():
+                record = state.nodes.get(node_id)
+                if record is None or record.key_len != len(node.key):
+                    reasons.append(f"node {node_id}: key length {None if record is None else record.key_len}, sglang {len(node.key)}")
+                    break
+    return reasons

@@ -1,0 +1,104 @@
+"""Index tensors -> plain ints and KV runs, with one device-to-host copy per batch.
+
+sglang keeps slot ids and KV token indices in small device tensors (one per tree node, one per
+request field). Reading them one by one would put a device sync on every read, so callers
+collect the tensors of a whole capture and convert them here in one copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from mcinspect.schema import Runs
+
+IndexValue = Any
+"""A torch int tensor (any shape), a Python int, a list of ints, or None (absent)."""
+
+
+def host_concat(values: Sequence[IndexValue]) -> tuple[np.ndarray, list[int]]:
+    """All values as one int64 host array, and each value's length (0 for None)."""
+    parts: list[torch.Tensor] = []
+    lengths: list[int] = []
+    for value in values:
+        if value is None:
+            lengths.append(0)
+            continue
+        if not isinstance(value, torch.Tensor):
+            value = torch.as_tensor([value] if isinstance(value, int) else list(value), dtype=torch.int64)
+        elif value.dim() != 1:
+            value = value.reshape(-1)
+        length = value.numel()
+        lengths.append(length)
+        if length:
+            parts.append(value)
+    if not parts:
+        return np.zeros(0, dtype=np.int64), lengths
+    if len(parts) == 1:
+        flat = parts[0]
+    else:
+        try:
+            flat = torch.cat(parts)  # promotes int32 rows and int64 slots to int64
+        except RuntimeError:  # values on different devices (rare): gather on the host
+            flat = torch.cat([part.cpu() for part in parts])
+    return flat.to("cpu", torch.int64).numpy(), lengths
+
+
+def ints_of_many(values: Sequence[IndexValue]) -> list[list[int]]:
+    """Each value's ints, in order ([] for None)."""
+    flat, lengths = host_concat(values)
+    as_list = flat.tolist()
+    out: list[list[int]] = []
+    offset = 0
+    for length in lengths:
+        out.append(as_list[offset : offset + length])
+        offset += length
+    return out
+
+
+def runs_of_many(values: Sequence[IndexValue]) -> list[Runs]:
+    """Each value's (start, length) runs of consecutive indices ([] for None or empty)."""
+    flat, lengths = host_concat(values)
+    total = len(flat)
+    out: list[Runs] = [[] for _ in values]
+    if total == 0:
+        return out
+    ends = np.cumsum(lengths)
+    starts = ends - np.asarray(lengths)
+    # A run starts where the index does not continue the previous one, or a value begins.
+    new_run = np.ones(total, dtype=bool)
+    new_run[1:] = flat[1:] != flat[:-1] + 1
+    nonempty = np.asarray(lengths) > 0
+    new_run[starts[nonempty]] = True
+    run_starts = np.flatnonzero(new_run)
+    run_lengths = np.diff(np.append(run_starts, total))
+    owner = np.searchsorted(ends, run_starts, side="right")
+    pairs = list(zip(flat[run_starts].tolist(), run_lengths.tolist()))
+    for index, pair in zip(owner.tolist(), pairs):
+        out[index].append(pair)
+    return out
+
+
+def runs_of(value: IndexValue) -> Runs:
+    """One value's runs."""
+    return runs_of_many([value])[0]
+
+
+def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
+    """Sorted runs of free token indices from free page ids (token ids when page_size is 1)."""
+    flat, _ = host_concat([free_pages])
+    if len(flat) == 0:
+        return []
+    # sglang's free list is a sorted remainder plus appended freed chunks: timsort ("stable")
+    # finds those runs and sorts it in near-linear time (np.unique here is ~50x slower).
+    pages = np.sort(flat, kind="stable")
+    # A page listed twice is an allocator bug that runs cannot express: count it once.
+    pages = pages[np.append(True, pages[1:] != pages[:-1])]
+    new_run = np.ones(len(pages), dtype=bool)
+    new_run[1:] = pages[1:] != pages[:-1] + 1
+    run_starts = np.flatnonzero(new_run)
+    run_lengths = np.diff(np.append(run_starts, len(pages)))
+    return list(zip((pages[run_starts] * page_size).tolist(), (run_lengths * page_size).tolist()))

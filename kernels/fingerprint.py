@@ -1,0 +1,360 @@
+"""Slot fingerprints: a 64-bit digest of each mamba slot's raw state bits, plus NaN/Inf and
+zero detection, in one pass (one Triton launch per tensor family on CUDA, torch elsewhere).
+
+A pool is sglang's `mamba_pool.mamba_cache`: `conv`, a list of tensors shaped
+`[num_layers, size + 1, *conv_row]`, and `temporal`, `[num_layers, size + 1, *ssm_row]`; slot s
+is index s on dim 1. Any of fp16, bf16, fp32, fp64 (per tensor).
+
+Definition (identical on both paths, to the bit). The words of slot s, w_0 .. w_{N-1}, are the
+raw bit patterns of its elements, zero-extended to 64 bits (16-bit words for fp16/bf16, 32 for
+fp32, 64 for fp64), in this order: conv[0][0, s], conv[0][1, s], .., conv[0][L-1, s], conv[1][0,
+s], .., temporal[0, s], .., temporal[L-1, s], each row in C order of its trailing dims. With all
+arithmetic modulo 2^64 and `>>>` the logical shift:
+
+    mix(z)      = splitmix64's finaliser: z ^= z >>> 30; z *= 0xBF58476D1CE4E5B9;
+                  z ^= z >>> 27; z *= 0x94D049BB133111EB; z ^= z >>> 31
+    S           = sum over p of mix(w_p XOR (p + 1) * 0x9E3779B97F4A7C15)
+    fingerprint = mix(S + N), returned as the signed (two's complement) int64
+
+Why this shape: integer addition is associative and commutative, so any block order, chunking
+or atomic order gives the same S (determinism for free); the position salt makes moved words
+count; `mix` is a bijection, so changing any single word (any single bit flip) changes its
+term and hence S and the fingerprint, always, not just with high probability. It is a check
+for accidents, not a cryptographic hash. Identical contents give identical fingerprints
+whatever the slot ids; +0.0 and -0.0 differ in the fingerprint (different bits).
+
+`nonfinite` counts elements whose exponent bits are all ones (NaN or +-Inf). `all_zero` is True
+when every element compares equal to zero: -0.0 counts as zero (it equals 0.0, and a slot
+cleared by `zero_()` and one whose state underflowed to -0.0 are both numerically empty).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # torch-only installs (CPU wheels) keep the torch path
+    triton = None
+
+Backend = Literal["auto", "triton", "torch"]
+
+_U64 = 1 << 64
+SALT = 0x9E3779B97F4A7C15
+MIX1 = 0xBF58476D1CE4E5B9
+MIX2 = 0x94D049BB133111EB
+
+
+def _signed(value: int) -> int:
+    """The int64 with the same low 64 bits: torch and Triton constants must fit int64."""
+    value %= _U64
+    return value - _U64 if value >= 1 << 63 else value
+
+
+class PoolLayoutError(ValueError):
+    """The pool, slot list or reference tensors are not shaped or typed as documented."""
+
+
+class BackendUnavailable(RuntimeError):
+    """backend="triton" was asked for where Triton cannot run."""
+
+
+class WordFormat(NamedTuple):
+    """How one float dtype is read as integer words."""
+
+    word: torch.dtype
+    """Unsigned where narrower than 64 bits, so that widening to int64 zero-extends."""
+    exponent: int
+    """Exponent bits: all set means NaN or Inf."""
+    magnitude: int
+    """Every bit but the sign: none set means +-0.0."""
+
+
+FORMATS: dict[torch.dtype, WordFormat] = {
+    torch.float16: WordFormat(torch.uint16, 0x7C00, 0x7FFF),
+    torch.bfloat16: WordFormat(torch.uint16, 0x7F80, 0x7FFF),
+    torch.float32: WordFormat(torch.uint32, 0x7F800000, 0x7FFFFFFF),
+    torch.float64: WordFormat(torch.int64, 0x7FF0000000000000, 0x7FFFFFFFFFFFFFFF),
+}
+
+
+class SlotFingerprints(NamedTuple):
+    fingerprint: Tensor
+    """int64 [n]: the digest defined in the module docstring."""
+    nonfinite: Tensor
+    """int64 [n]: NaN/Inf elements."""
+    all_zero: Tensor
+    """bool [n]: every element is +-0.0."""
+
+
+# --- layout helpers shared with state_distance ------------------------------------------
+
+
+def word_format(t: Tensor) -> WordFormat:
+    try:
+        return FORMATS[t.dtype]
+    except KeyError:
+        raise PoolLayoutError(f"unsupported state dtype {t.dtype}: expected one of {list(FORMATS)}") from None
+
+
+def row_words(t: Tensor) -> int:
+    """Elements of one slot row of one layer, after checking that the row is contiguous.
+
+    Only the layer and slot strides may be arbitrary: the kernels read a row as one run."""
+    if t.dim() < 2:
+        raise PoolLayoutError(f"state tensor must be [num_layers, slots, ...], got shape {tuple(t.shape)}")
+    expected = 1
+    for size, stride in zip(reversed(t.shape[2:]), reversed(t.stride()[2:])):
+        if size > 1 and stride != expected:
+            raise PoolLayoutError(f"state rows must be contiguous, got strides {t.stride()}")
+        expected *= size
+    return expected
+
+
+def pool_tensors(conv: list[Tensor], temporal: Tensor) -> list[Tensor]:
+    """[*conv, temporal] after checking dtypes, row contiguity and a shared layer/slot shape."""
+    tensors = [*conv, temporal]
+    for t in tensors:
+        word_format(t)
+        row_words(t)
+        if t.shape[:2] != temporal.shape[:2] or t.device != temporal.device:
+            raise PoolLayoutError("conv and temporal must share num_layers, pool size and device")
+    return tensors
+
+
+def check_slots(slots: Tensor, pool: Tensor, name: str = "slots") -> Tensor:
+    """`slots` as int64 on the pool's device, after a bounds check (an out-of-range id would
+    make the Triton path read outside the pool and crash the engine it observes)."""
+    if slots.dim() != 1 or slots.dtype.is_floating_point or slots.dtype == torch.bool:
+        raise PoolLayoutError(f"{name} must be a 1-D integer tensor, got {slots.dtype} {tuple(slots.shape)}")
+    if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= pool.shape[1]):
+        raise PoolLayoutError(f"{name} out of range [0, {pool.shape[1]}): {slots[:16].tolist()}")
+    return slots.to(device=pool.device, dtype=torch.int64)
+
+
+def use_triton(pool: Tensor, backend: Backend) -> bool:
+    """auto: Triton for CUDA tensors when Triton is installed. An explicit "triton" on CPU
+    tensors only works under the Triton interpreter (TRITON_INTERPRET=1), used by the tests."""
+    if backend == "torch":
+        return False
+    if backend == "auto":
+        return pool.is_cuda and triton is not None
+    if backend != "triton":
+        raise ValueError(f"backend must be auto, triton or torch, not {backend!r}")
+    if triton is None:
+        raise BackendUnavailable("backend='triton' but Triton is not installed")
+    if not pool.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise BackendUnavailable("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 set before importing triton)")
+    return True
+
+
+def chunk_layout(t: Tensor, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(layer, first word, word count) of every chunk of one slot's rows in `t`: each layer's
+    row is cut into runs of at most `chunk` words, so a Triton program never crosses a row."""
+    layers, row = t.shape[0], row_words(t)
+    per_row = -(-row // chunk)
+    layer = torch.arange(layers, dtype=torch.int64).repeat_interleave(per_row)
+    start = torch.arange(per_row, dtype=torch.int64).repeat(layers) * chunk
+    return layer, start, (row - start).clamp(max=chunk)
+
+
+def launch_shape(tensors: list[Tensor], max_block: int = 1024, max_iters: int = 8) -> tuple[int, int]:
+    """(BLOCK, ITERS) for one launch: up to max_block * max_iters words per program, fewer
+    for short rows so the interpreter and tiny pools do not loop over masked-out lanes."""
+    longest = max(row_words(t) for t in tensors)
+    block = min(max_block, triton.next_power_of_2(longest))
+    return block, min(max_iters, -(-longest // block))
+
+
+MAX_CHUNKS = 65535
+"""CUDA's limit on grid dim 1, which enumerates a slot's chunks (slots go on dim 0, unbounded):
+reached only by states over 2^29 words (2 GiB of fp32) per slot."""
+
+
+def to_chunk_table(rows: list[Tensor], device: torch.device) -> Tensor:
+    """The per-chunk descriptors of one launch as one int64 table on the launch device."""
+    table = torch.cat(rows)
+    if table.shape[0] > MAX_CHUNKS:
+        raise PoolLayoutError(f"{table.shape[0]} chunks per slot exceed the grid limit {MAX_CHUNKS}")
+    return table.to(device)
+
+
+def launch_groups(keys: list[object]) -> list[list[int]]:
+    """Indices grouped by equal key (the dtypes a kernel is specialised on), first seen first:
+    one launch per group, i.e. one per tensor family in sglang pools (a family shares a dtype)."""
+    groups: dict[object, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())
+
+
+def triton_type(dtype: torch.dtype) -> tl.dtype:
+    """torch.bfloat16 -> tl.bfloat16 (and uint16 etc.): same names in both."""
+    return getattr(tl, str(dtype).removeprefix("torch."))
+
+
+def on_device(device: torch.device) -> contextlib.AbstractContextManager:
+    """Triton launches on the current CUDA device: make it the pool's (one engine process
+    may see several GPUs). The interpreter runs on CPU tensors and needs nothing."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+# --- the digest ---------------------------------------------------------------------------
+
+_LOW = {shift: (1 << (64 - shift)) - 1 for shift in (27, 30, 31)}
+
+
+def mix64_(z: Tensor, scratch: Tensor | None = None) -> Tensor:
+    """splitmix64's finaliser on an int64 tensor, in place (`>> k & low bits` = logical shift).
+    `scratch`, shaped like z, saves an allocation per call."""
+    scratch = torch.empty_like(z) if scratch is None else scratch
+    for shift, multiplier in ((30, MIX1), (27, MIX2), (31, None)):
+        torch.bitwise_right_shift(z, shift, out=scratch)
+        z ^= scratch.bitwise_and_(_LOW[shift])
+        if multiplier is not None:
+            z *= _signed(multiplier)
+    return z
+
+
+def fingerprint_slots(conv: list[Tensor], temporal: Tensor, slots: Tensor, *, backend: Backend = "auto") -> SlotFingerprints:
+    """Fingerprint, NaN/Inf count and zero flag of each slot in `slots` (1-D ids into dim 1 of
+    every state tensor), over all layers of conv and temporal; results on the pool's device.
+
+    The Triton path reads the pool in place (one launch per tensor family); the torch path
+    gathers each block of slot rows once and folds it. Both give identical values."""
+    tensors = pool_tensors(conv, temporal)
+    slots = check_slots(slots, temporal)
+    fold = _fold_triton if use_triton(temporal, backend) else _fold_torch
+    total, nonfinite, nonzero = fold(tensors, slots)
+    words = sum(t.shape[0] * row_words(t) for t in tensors)
+    return SlotFingerprints(mix64_(total + words), nonfinite, nonzero == 0)
+
+
+def _positions(tensors: list[Tensor]) -> list[int]:
+    """Index of each tensor's first word within a slot's word sequence."""
+    offsets, offset = [], 0
+    for t in tensors:
+        offsets.append(offset)
+        offset += t.shape[0] * row_words(t)
+    return offsets
+
+
+# A block of 2^18 words is 2 MiB as int64: the ~20 passes over it stay in the CPU's cache.
+_TORCH_BLOCK_WORDS = 1 << 18
+
+
+def _fold_torch(tensors: list[Tensor], slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(S, nonfinite, nonzero count) per slot, vectorised over slots and words: each block
+    of slot rows is gathered once into reused buffers (fresh multi-MiB allocations cost more
+    in page faults than the arithmetic) and folded with in-place integer ops."""
+    n = slots.numel()
+    total = torch.zeros(n, dtype=torch.int64, device=slots.device)
+    nonfinite = torch.zeros_like(total)
+    nonzero = torch.zeros_like(total)
+    for t, offset in zip(tensors, _positions(tensors)):
+        fmt = word_format(t)
+        row = row_words(t)
+        rows = t.view(fmt.word).reshape(t.shape[0], t.shape[1], row)  # a view: rows are contiguous
+        per_block = max(1, min(n, _TORCH_BLOCK_WORDS // max(row, 1)))
+        words = torch.empty(per_block, row, dtype=fmt.word, device=slots.device)
+        x = torch.empty(per_block, row, dtype=torch.int64, device=slots.device)
+        scratch = torch.empty_like(x)
+        lane_salt = torch.arange(row, dtype=torch.int64, device=slots.device) * _signed(SALT)
+        salt = torch.empty_like(lane_salt)
+        for layer in range(t.shape[0]):
+            torch.add(lane_salt, _signed((offset + layer * row + 1) * SALT), out=salt)
+            for first in range(0, n, per_block):
+                count = min(per_block, n - first)
+                block, xb, sb = slice(first, first + count), x[:count], scratch[:count]
+                torch.index_select(rows[layer], 0, slots[block], out=words[:count])
+                xb.copy_(words[:count])  # unsigned words: zero-extended
+                # 0/1 flags kept as int64 (eq_/ne_ in place): summing bool tensors is far slower
+                nonfinite[block] += torch.bitwise_and(xb, fmt.exponent, out=sb).eq_(fmt.exponent).sum(1)
+                nonzero[block] += torch.bitwise_and(xb, fmt.magnitude, out=sb).ne_(0).sum(1)
+                xb ^= salt
+                total[block] += mix64_(xb, sb).sum(1)
+    return total, nonfinite, nonzero
+
+
+def _fold_triton(tensors: list[Tensor], slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Same as `_fold_torch`, one kernel launch per dtype group, straight from the pool."""
+    n = slots.numel()
+    out = torch.zeros(3, n, dtype=torch.int64, device=slots.device)
+    if n == 0:
+        return out[0], out[1], out[2]
+    offsets = _positions(tensors)
+    for group in launch_groups([t.dtype for t in tensors]):
+        members = [tensors[i] for i in group]
+        fmt = word_format(members[0])
+        block, iters = launch_shape(members)
+        table = []
+        for i in group:
+            t = tensors[i]
+            layer, start, count = chunk_layout(t, block * iters)
+            size = t.element_size()
+            row_addr = t.data_ptr() + (layer * t.stride(0) + start) * size
+            position = offsets[i] + layer * row_words(t) + start
+            table.append(torch.stack([row_addr, count, position, torch.full_like(layer, t.stride(1) * size)], 1))
+        chunks = to_chunk_table(table, slots.device)
+        with on_device(slots.device):
+            _fingerprint_kernel[(n, chunks.shape[0])](
+                slots, chunks, out[0], out[1], out[2],
+                WORD=triton_type(fmt.word), EXPONENT=fmt.exponent,
+                MAGNITUDE=fmt.magnitude, SALT=_signed(SALT), MIX1=_signed(MIX1), MIX2=_signed(MIX2),
+                BLOCK=block, ITERS=iters,
+            )  # fmt: skip
+    return out[0], out[1], out[2]
+
+
+if triton is not None:
+
+    @triton.jit
+    def _mix64(z, MIX1: tl.constexpr, MIX2: tl.constexpr):
+        """`mix64_` for Triton: `>> k & (2^(64-k) - 1)` is the logical shift on int64."""
+        z ^= (z >> 30) & 0x3FFFFFFFF
+        z *= MIX1
+        z ^= (z >> 27) & 0x1FFFFFFFFF
+        z *= MIX2
+        z ^= (z >> 31) & 0x1FFFFFFFF
+        return z
+
+    @triton.jit
+    def _fingerprint_kernel(
+        slots, chunks, total, nonfinite, nonzero,
+        WORD: tl.constexpr, EXPONENT: tl.constexpr, MAGNITUDE: tl.constexpr,
+        SALT: tl.constexpr, MIX1: tl.constexpr, MIX2: tl.constexpr, BLOCK: tl.constexpr, ITERS: tl.constexpr,
+    ):  # fmt: skip
+        """Program (i, c) folds chunk c (row_addr, count, position, slot_stride: bytes and
+        words) of slot slots[i] into total/nonfinite/nonzero[i] with integer atomics."""
+        i = tl.program_id(0)
+        c = tl.program_id(1)
+        slot = tl.load(slots + i)
+        chunk = chunks + c * 4
+        count = tl.load(chunk + 1)
+        words = (tl.load(chunk) + slot * tl.load(chunk + 3)).to(tl.pointer_type(WORD))
+        lanes = tl.arange(0, BLOCK)
+        # salt(p) = (p + 1) * SALT, kept incrementally: one wrapping add per word, not a multiply.
+        salt = (lanes.to(tl.int64) + tl.load(chunk + 2) + 1) * SALT
+        block_salt = tl.full([], BLOCK, tl.int64) * SALT
+        acc = tl.zeros([BLOCK], dtype=tl.int64)
+        nonfinite_lanes = tl.zeros([BLOCK], dtype=tl.int32)
+        nonzero_lanes = tl.zeros([BLOCK], dtype=tl.int32)
+        for it in range(ITERS):
+            offs = it * BLOCK + lanes
+            mask = offs < count
+            w = tl.load(words + offs, mask=mask, other=0)
+            x = w.to(tl.int64) ^ salt  # unsigned words: zero-extended
+            salt += block_salt
+            acc += tl.where(mask, _mix64(x, MIX1, MIX2), 0)
+            # masked lanes read 0: neither NaN/Inf nor non-zero
+            nonfinite_lanes += ((w & EXPONENT) == EXPONENT).to(tl.int32)
+            nonzero_lanes += ((w & MAGNITUDE) != 0).to(tl.int32)
+        tl.atomic_add(total + i, tl.sum(acc, 0))
+        tl.atomic_add(nonfinite + i, tl.sum(nonfinite_lanes, 0).to(tl.int64))
+        tl.atomic_add(nonzero + i, tl.sum(nonzero_lanes, 0).to(tl.int64))

@@ -1,0 +1,164 @@
+"""The input of every check: one step boundary, the step's events, and what came before.
+
+A `StepView` holds the state at a step boundary, the events of the step that led to it, the
+state at the previous boundary (when the two are contiguous) and a `Ledger` of per-slot facts
+folded from all earlier steps. It keeps no chain of older views, so a live session can check
+each new step forever in memory bounded by one state and the mamba pool:
+
+    view = StepView.first(snapshot.state, engine=info)
+    for frame in frames:                      # (state, FrameInfo) from the session
+        whole = not frame.info.resync and frame.info.engine.dropped == dropped_before
+        view = view.next(frame.state, frame.info.events, contiguous=whole)
+        violations += check_step(view)
+
+Derived indexes (tree owner of each slot, live requests, changed nodes, ...) are computed once
+per view, on first use, and shared by all checks. States must not be mutated once given to a
+view (the session's frames are copies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..schema import CacheState, EngineInfo, Event, NodeId, NodeRecord, RequestRecord, Rid, SlotId, Step
+from .ledger import Ledger, Timeline, after, fold
+
+LIVE_STATES = ("running", "chunked")
+"""Request states that hold a KV row, a tree lock and mamba slots. "finished" requests may
+still hold slots (sglang frees them when it processes the batch) and "waiting" ones hold none."""
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step boundary as the checks see it."""
+
+    state: CacheState
+    events: tuple[Event, ...] = ()
+    """What happened during the step that ended at `state` (in order)."""
+    previous: CacheState | None = None
+    """The state at the step boundary just before; None at the start of a history or after a gap."""
+    ledger: Ledger = field(default_factory=Ledger)
+    """Per-slot facts as of `previous` (empty and not `known` when `previous` is None)."""
+    engine: EngineInfo | None = None
+    """The engine's configuration when known (strategy, overlap); checks that need it skip
+    what it would decide when it is None."""
+
+    @classmethod
+    def first(cls, state: CacheState, events: Sequence[Event] = (), engine: EngineInfo | None = None) -> StepView:
+        """The first view of a history: nothing is known about earlier steps."""
+        return cls(state=state, events=tuple(events), engine=engine)
+
+    def next(self, state: CacheState, events: Sequence[Event] = (), *, contiguous: bool = True) -> StepView:
+        """The view of the following step. Pass `contiguous=False` after a gap (missed deltas,
+        a resync) and when the step's events are incomplete (the engine's `Counters.dropped` or
+        `hook_errors` grew during it): the new view then forgets the past instead of reasoning
+        from events that are missing."""
+        if not contiguous:
+            return StepView.first(state, events, self.engine)
+        ledger = fold(self.end, self.state, self.tree_owners, self.changed_slots)
+        return StepView(state=state, events=tuple(events), previous=self.state, ledger=ledger, engine=self.engine)
+
+    @property
+    def step(self) -> Step:
+        return self.state.step
+
+    def find_node(self, node_id: NodeId) -> NodeRecord | None:
+        """The node at this boundary, or at the previous one if it was removed since (an event
+        may name a node that the same step evicted)."""
+        node = self.state.nodes.get(node_id)
+        if node is None and self.previous is not None:
+            node = self.previous.nodes.get(node_id)
+        return node
+
+    # --- derived, computed once per view ---
+
+    @cached_property
+    def end(self) -> Timeline:
+        """Slot facts after all of this step's events."""
+        return after(self.ledger, self.events)
+
+    @cached_property
+    def tree_owners(self) -> dict[SlotId, NodeId]:
+        """Tree-owned slot -> its (first) owner node, from the slot claims."""
+        owners: dict[SlotId, NodeId] = {}
+        for slot, claims in self.state.slots.items():
+            for claim in claims:
+                if claim.kind == "tree":
+                    owners[slot] = claim.node
+                    break
+        return owners
+
+    @cached_property
+    def root(self) -> NodeRecord | None:
+        """The node without a parent (None if the state has no nodes)."""
+        return next((node for node in self.state.nodes.values() if node.parent < 0), None)
+
+    @cached_property
+    def detailed(self) -> bool:
+        """Nodes carry lock refs and LRU membership (sglang's Python tree core). The Rust core
+        shows neither: its records carry -1 lock refs (adapter_0523.UNKNOWN)."""
+        return self.root is not None and self.root.full_lock >= 0
+
+    @cached_property
+    def live(self) -> dict[Rid, RequestRecord]:
+        """Requests that hold a KV row: running or chunked, with row >= 0. A retracted request
+        can still sit in the last batch as "running", with its row already released."""
+        return {rid: r for rid, r in self.state.requests.items() if r.state in LIVE_STATES and r.row >= 0}
+
+    @cached_property
+    def changed_nodes(self) -> list[NodeRecord]:
+        """Nodes new or different since `previous` (all nodes when there is none). Records are
+        immutable and shared between states, so identity tells unchanged ones apart."""
+        if self.previous is None:
+            return list(self.state.nodes.values())
+        before = self.previous.nodes
+        return [node for node_id, node in self.state.nodes.items() if not _same(before.get(node_id), node)]
+
+    @cached_property
+    def children(self) -> dict[NodeId, list[NodeRecord]]:
+        """Parent id -> child records. O(tree): checks build it only when a change needs it."""
+        index: dict[NodeId, list[NodeRecord]] = {}
+        for node in self.state.nodes.values():
+            index.setdefault(node.parent, []).append(node)
+        return index
+
+    @cached_property
+    def removed_nodes(self) -> list[NodeRecord]:
+        """Nodes of `previous` that are gone."""
+        if self.previous is None:
+            return []
+        nodes = self.state.nodes
+        return [node for node_id, node in self.previous.nodes.items() if node_id not in nodes]
+
+    @cached_property
+    def changed_slots(self) -> list[SlotId]:
+        """Slots whose claims are new or different since `previous` (all when there is none)."""
+        if self.previous is None:
+            return list(self.state.slots)
+        before = self.previous.slots
+        return [slot for slot, claims in self.state.slots.items() if not _same(before.get(slot), claims)]
+
+    @cached_property
+    def changed_requests(self) -> list[RequestRecord]:
+        """Requests new or different since `previous` (all when there is none)."""
+        if self.previous is None:
+            return list(self.state.requests.values())
+        before = self.previous.requests
+        return [r for rid, r in self.state.requests.items() if not _same(before.get(rid), r)]
+
+
+def _same(before: object, now: object) -> bool:
+    """Identity first (states from one session share records), equality for states decoded
+    separately (snapshot files)."""
+    return before is now or before == now
+
+
+def views(steps: Iterable[tuple[CacheState, Sequence[Event]]], engine: EngineInfo | None = None) -> Iterator[StepView]:
+    """Views of consecutive steps (each item: the state at a boundary and the step's events).
+    Split the input at gaps, or build views with `StepView.next(contiguous=False)`."""
+    view: StepView | None = None
+    for state, events in steps:
+        view = StepView.first(state, events, engine) if view is None else view.next(state, events)
+        yield view

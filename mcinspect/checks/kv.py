@@ -1,0 +1,203 @@
+"""Invariant 9: KV pages. A live request's protected row prefix is its tree path's KV, no KV
+token is both in the tree (or a request's own tail) and free, and node boundaries and KV
+indices sit on page boundaries.
+
+Runs are (start, length) intervals (schema.Runs); every test here works on them with sorting
+and bisection, never on expanded token lists. Per step it looks at changed nodes and changed
+requests against the whole free list, and at the whole tree only against tokens freed since
+the previous boundary.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+
+from ..schema import CacheState, NodeId, NodeRecord, RequestRecord, Runs
+from .history import StepView
+from .violation import Violation
+
+KV = "kv-pages"
+
+Intervals = tuple[list[int], list[int]]
+"""Sorted, merged, half-open intervals as (starts, ends), for bisection."""
+
+
+def intervals(runs: Iterable[tuple[int, int]]) -> Intervals:
+    """Merge runs into sorted disjoint intervals."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, length in sorted(runs):
+        if length <= 0:
+            continue
+        if ends and start <= ends[-1]:
+            ends[-1] = max(ends[-1], start + length)
+        else:
+            starts.append(start)
+            ends.append(start + length)
+    return starts, ends
+
+
+def first_overlap(runs: Runs, within: Intervals) -> int | None:
+    """The first token of `runs` that lies in `within`, or None."""
+    starts, ends = within
+    for start, length in runs:
+        if length <= 0:
+            continue
+        i = bisect_right(starts, start) - 1
+        if i >= 0 and ends[i] > start:
+            return start
+        if i + 1 < len(starts) and starts[i + 1] < start + length:
+            return starts[i + 1]
+    return None
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """a minus b (both sorted and merged): the tokens free now that were not free before."""
+    out_starts: list[int] = []
+    out_ends: list[int] = []
+    b_starts, b_ends = b
+    j = 0
+    for start, end in zip(*a):
+        while j < len(b_starts) and b_ends[j] <= start:
+            j += 1
+        k = j
+        cursor = start
+        while k < len(b_starts) and b_starts[k] < end:
+            if b_starts[k] > cursor:
+                out_starts.append(cursor)
+                out_ends.append(b_starts[k])
+            cursor = max(cursor, b_ends[k])
+            k += 1
+        if cursor < end:
+            out_starts.append(cursor)
+            out_ends.append(end)
+    return out_starts, out_ends
+
+
+def truncate(runs: Runs, tokens: int) -> Runs:
+    """The first `tokens` tokens of `runs`, with adjacent runs merged."""
+    out: Runs = []
+    left = tokens
+    for start, length in runs:
+        if left <= 0:
+            break
+        if length <= 0:
+            continue
+        take = min(length, left)
+        if out and out[-1][0] + out[-1][1] == start:
+            out[-1] = (out[-1][0], out[-1][1] + take)
+        else:
+            out.append((start, take))
+        left -= take
+    return out
+
+
+def check_kv(view: StepView) -> list[Violation]:
+    """Row prefixes of changed live requests, free-list overlaps, and page alignment."""
+    state, step = view.state, view.step
+    free = intervals(state.kv.free_runs)
+    out: list[Violation] = []
+    page = state.kv.page_size
+    root = view.root
+    for node in view.changed_nodes:
+        if node is root:
+            continue
+        if page > 1:
+            out += _misaligned(node, page, step)
+        token = first_overlap(node.kv_runs, free)
+        if token is not None:
+            out.append(Violation(check=KV, step=step, nodes=(node.id,), reason=f"KV token {token} of node {node.id} is on the free list"))
+    out += _newly_freed(view, free)
+    for request in view.changed_requests:
+        if request.rid in view.live:
+            out += _request_row(view, request, free)
+    return out
+
+
+def _misaligned(node: NodeRecord, page: int, step: int) -> list[Violation]:
+    """Node boundaries on page boundaries, and each KV run starting where its position's page
+    offset says (a paged allocator hands out whole pages)."""
+    if node.depth % page or node.key_len % page:
+        return [Violation(check=KV, step=step, nodes=(node.id,), reason=f"node {node.id} spans depth {node.depth}..{node.depth + node.key_len}, off the {page}-token pages")]
+    position = node.depth
+    for start, length in node.kv_runs:
+        if (start - position) % page:
+            return [Violation(check=KV, step=step, nodes=(node.id,), reason=f"node {node.id} puts position {position} at KV index {start}, a different offset within its {page}-token page")]
+        position += length
+    return []
+
+
+def _newly_freed(view: StepView, free: Intervals) -> list[Violation]:
+    """Unchanged nodes against the tokens that joined the free list in this step (changed nodes
+    were checked against all of it). On the first view every node is 'changed'."""
+    previous = view.previous
+    if previous is None or previous.kv is view.state.kv:
+        return []
+    fresh = subtract(free, intervals(previous.kv.free_runs))
+    if not fresh[0]:
+        return []
+    changed = {node.id for node in view.changed_nodes}
+    out = []
+    for node in view.state.nodes.values():
+        if node.id in changed or not node.kv_runs:
+            continue
+        token = first_overlap(node.kv_runs, fresh)
+        if token is not None:
+            out.append(Violation(check=KV, step=view.step, nodes=(node.id,), reason=f"KV token {token} of node {node.id} was freed while the node still holds it"))
+    return out
+
+
+def _request_row(view: StepView, request: RequestRecord, free: Intervals) -> list[Violation]:
+    """`req_to_token[row, :cache_protected_len]` is the KV of the path to `last_node`, and no
+    token of the row is free."""
+    step, rid = view.step, request.rid
+    token = first_overlap(request.kv_runs, free)
+    if token is not None:
+        return [Violation(check=KV, step=step, rids=(rid,), reason=f"KV token {token} in request {rid}'s row is on the free list")]
+    protected = request.cache_protected_len
+    if protected <= 0 or request.last_node not in view.state.nodes:
+        return []  # nothing protected, or an anchor the (Rust core's) records do not show
+    path = _path(view.state, request.last_node)
+    if path is None:
+        return []  # the parent chain leaves the records; tree-shape reports it
+    evicted = [node.id for node in path if node.kv_evicted and node is not view.root]
+    if evicted:
+        return [Violation(check=KV, step=step, rids=(rid,), nodes=tuple(evicted), reason=f"request {rid}'s protected prefix runs through node(s) {', '.join(map(str, evicted))} whose KV was evicted")]
+    tree_runs = truncate([run for node in path for run in node.kv_runs], protected)
+    covered = sum(length for _, length in tree_runs)
+    if covered < protected:
+        return [Violation(check=KV, step=step, rids=(rid,), nodes=(request.last_node,), reason=f"request {rid} protects {protected} tokens but its path to node {request.last_node} holds {covered}")]
+    row = truncate(request.kv_runs, protected)
+    if row != tree_runs:
+        position = _first_difference(row, tree_runs)
+        return [Violation(check=KV, step=step, rids=(rid,), nodes=(request.last_node,), reason=f"request {rid}'s row differs from its tree path (to node {request.last_node}) at position {position} of its {protected} protected tokens")]
+    return []
+
+
+def _path(state: CacheState, node_id: NodeId) -> list[NodeRecord] | None:
+    """Root-first nodes from the root to `node_id`; None if the chain breaks or loops."""
+    nodes = state.nodes
+    path: list[NodeRecord] = []
+    current = nodes.get(node_id)
+    while current is not None:
+        path.append(current)
+        if current.parent < 0:
+            path.reverse()
+            return path
+        if len(path) > len(nodes):
+            return None
+        current = nodes.get(current.parent)
+    return None
+
+
+def _first_difference(a: Runs, b: Runs) -> int:
+    """First token position where two run lists disagree (both merged)."""
+    position = 0
+    for (a_start, a_len), (b_start, b_len) in zip(a, b):
+        if a_start != b_start:
+            return position
+        if a_len != b_len:
+            return position + min(a_len, b_len)
+        position += a_len
+    return position

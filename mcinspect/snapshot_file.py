@@ -1,0 +1,80 @@
+"""Reading a snapshot file (`mcinspect snapshot -o FILE`: `msgspec.json.encode(Snapshot)`).
+
+The schema version is read before the rest is decoded, so a file from another mcinspect version
+gets a message about versions rather than a field-by-field decode error.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import msgspec
+
+from .schema import SCHEMA_VERSION, Snapshot
+
+
+class SnapshotFileError(Exception):
+    """A snapshot file cannot be used; the message is one line that names the fix."""
+
+
+class SnapshotCorrupt(SnapshotFileError):
+    """The file is not a readable snapshot (not JSON, another message, fields missing)."""
+
+
+class SnapshotVersionError(SnapshotFileError):
+    """The file was written with another schema version."""
+
+
+class _Probe(msgspec.Struct):
+    """The two fields every snapshot file of any version has; the rest is left undecoded."""
+
+    type: str = ""
+    schema_version: int | None = None
+
+
+_probe = msgspec.json.Decoder(_Probe)
+_decoder = msgspec.json.Decoder(Snapshot)
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Read and check a snapshot file. Raises SnapshotCorrupt, SnapshotVersionError, or
+    SnapshotFileError when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise SnapshotFileError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_snapshot(data, str(path))
+
+
+def parse_snapshot(data: bytes, name: str = "snapshot") -> Snapshot:
+    """`load_snapshot` for bytes already read (`name` is used in messages)."""
+    try:
+        probe = _probe.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotCorrupt(f"{name} is not a snapshot file ({_one_line(exc)}): write one with `mcinspect snapshot PORT -o FILE`") from None
+    if probe.type != "Snapshot":
+        what = f"a {probe.type} message" if probe.type else "no message type"
+        raise SnapshotCorrupt(f"{name} holds {what}, not a Snapshot: write one with `mcinspect snapshot PORT -o FILE`")
+    version = probe.schema_version
+    if version != SCHEMA_VERSION:
+        if version is not None and version > SCHEMA_VERSION:
+            fix = "upgrade mcinspect to read it"
+        else:
+            fix = "read it with the mcinspect that wrote it, or take a new snapshot"
+        raise SnapshotVersionError(f"{name} has schema version {version}, this mcinspect reads {SCHEMA_VERSION}: {fix}")
+    # Same reason as schema.decode_reply: millions of acyclic records, collections would triple the time.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotCorrupt(f"{name} is a damaged snapshot ({_one_line(exc)}): take a new one") from None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())

@@ -1,0 +1,32 @@
+"""mcinspect's Textual TUI (`mcinspect attach`, `mcinspect replay`).
+
+The CLI calls `run_attach` / `run_replay`; tests and benchmarks build an `InspectorApp` over a
+`StaticSource` (a list of states). The TUI reads states through a `DataSource` and never talks ZMQ itself.
+"""
+
+from __future__ import annotations
+
+from .app import InspectorApp
+from .launch import load_recording, run_attach, run_replay
+from .replay_source import ReplaySource
+from .session_source import SessionSource
+from .source import DataSource, NodeChanges, SourceHealth
+from .static_source import StaticFrame, StaticSource
+from .violations import Checker, ViolationRow, checks_checker
+
+__all__ = [
+    "Checker",
+    "DataSource",
+    "InspectorApp",
+    "NodeChanges",
+    "ReplaySource",
+    "SessionSource",
+    "SourceHealth",
+    "StaticFrame",
+    "StaticSource",
+    "ViolationRow",
+    "checks_checker",
+    "load_recording",
+    "run_attach",
+    "run_replay",
+]

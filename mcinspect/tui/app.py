@@ -1,0 +1,483 @@
+"""The mcinspect TUI: every panel shows the cache at one selected frame of a DataSource.
+
+Data flows one way. The source's thread (a Session reader, for a live engine) posts
+`SourceChanged`; the app reads the source, follows the newest frame while live, and a worker
+thread runs the checks over new frames (`Ingestor`, `Ledger`) and posts `LedgerAdvanced`. Selecting a frame
+(live, step back/forward, jump) rebuilds one `StepView` and feeds the visible panels inside
+`batch_update`; hidden tabs catch up when shown.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.reactive import var
+from textual.notifications import SeverityLevel
+from textual.screen import Screen
+from textual.widgets import DataTable, Static, TabbedContent
+from textual.worker import Worker, WorkerState
+
+from ..schema import CacheState, NodeId, Rid
+from .cell_grid import CellGrid
+from .commands import palette_commands
+from .details import Selection, detail_text
+from .event_log import EventLog
+from .export import ExportFailed, export_snapshot, export_tree_svg, stamp
+from .grids import PageMap, SlotMap
+from .gc_tuning import freeze_long_lived
+from .header import HeaderState, StatusHeader
+from .ingest import Ingestor
+from .ledger import Ledger
+from .messages import LedgerAdvanced, SourceChanged
+from .model import StepView
+from .panels import LAYOUT_CSS, TAB_FOCUS, TABS, compose_layout
+from .requests_table import RequestsTable
+from .screens import HelpScreen, PromptScreen
+from .source import DataSource, FrameGone, FrameMeta
+from .tree_view import RadixTreeView
+from .violations import Checker, ViolationRow
+from .violations_table import ViolationsTable
+
+LIVE_REFRESH_S = 0.1
+"""Shortest time between two redraws while following a fast engine."""
+
+
+class InspectorApp(App[None]):
+    """Inspect the mamba prefix cache of one scheduler process.
+
+    | Key | Action |
+    | :- | :- |
+    | p | Pause / resume following the engine. |
+    | [ / ] | One frame back / forward (pauses). |
+    | { / } | Ten frames back / forward (pauses). |
+    | g | Go to a step. |
+    | G | Go live: the newest frame. |
+    | / | Search nodes by token ids. |
+    | n / N | Next / previous search match. |
+    | v | Jump to the next violation. |
+    | t | Focus the radix tree. |
+    | 1-5 | Slots, pages, requests, events, violations tab. |
+    | e | Export the state at this step as snapshot JSON. |
+    | s | Save an SVG screenshot. |
+    | r | Render the tree as SVG (mcinspect.render). |
+    | ? | Help. |
+    | ctrl+p | Command palette. |
+    | q | Quit. |
+    """
+
+    TITLE = "mcinspect"
+    CSS = LAYOUT_CSS
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "pause", "Pause/live"),
+        Binding("left_square_bracket", "step(-1)", "Back"),
+        Binding("right_square_bracket", "step(1)", "Fwd"),
+        Binding("left_curly_bracket", "step(-10)", "Back 10", show=False),
+        Binding("right_curly_bracket", "step(10)", "Fwd 10", show=False),
+        Binding("g", "goto_step", "Go to step"),
+        Binding("G", "live", "Live", show=False),
+        Binding("slash", "search", "Search"),
+        Binding("n", "next_match(1)", "Next match", show=False),
+        Binding("N", "next_match(-1)", "Prev match", show=False),
+        Binding("v", "next_violation", "Next violation"),
+        Binding("t", "focus_tree", "Tree", show=False),
+        *(Binding(str(n), f"show_tab('{tab}')", tab.capitalize(), show=False) for n, tab in enumerate(TABS, 1)),
+        Binding("e", "export_json", "Export JSON", show=False),
+        Binding("s", "screenshot", "Screenshot", show=False),
+        Binding("r", "render_tree", "Tree SVG", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    # `var`, not `reactive`: a change must redraw the widgets that show it, not the whole screen.
+    following: var[bool] = var(True)
+    """Follow the newest frame (live) rather than stay on the selected one (paused)."""
+    selection: var[Selection] = var(Selection("none"))
+
+    def __init__(
+        self,
+        source: DataSource,
+        *,
+        checker: Checker | None = None,
+        clock: Callable[[], float] = time.time,
+        export_dir: Path | None = None,
+    ) -> None:
+        """`checker` runs over every frame (see `violations.checks_checker`); `clock` names exports."""
+        super().__init__()
+        self.source = source
+        self.ledger = Ledger(checker)
+        self.clock = clock
+        self.export_dir = export_dir or Path.cwd()
+        self.view: StepView | None = None
+        self._frames: list[FrameMeta] = []
+        self._notified = threading.Event()
+        self._ingestor = Ingestor(self, source, self.ledger)
+        self._last_refresh = 0.0
+        self._refresh_timer_armed = False
+        self._stale_tabs: set[str] = set(TABS)
+        self._matches: list[NodeId] = []
+        self._match_query: list[int] = []
+        self._match_at = -1
+        self._page_focus: Selection = Selection("none")
+        """The node or request whose pages the page map highlights."""
+        self._detail_shown: Text | None = None
+
+    def compose(self) -> ComposeResult:
+        yield from compose_layout()
+
+    def on_mount(self) -> None:
+        self.query_one("#tree-pane").border_title = "radix tree"
+        self.query_one("#detail-pane").border_title = "details"
+        self._refresh_header()
+        self.source.start(self._notify)
+
+    def on_unmount(self) -> None:
+        self.source.close()
+
+    # --- data arriving (any thread -> messages) -----------------------------------------------
+
+    def _notify(self) -> None:
+        """Called by the source's thread: one pending message at a time, however fast it calls."""
+        if not self._notified.is_set():
+            self._notified.set()
+            self.post_message(SourceChanged())
+
+    def on_source_changed(self, _: SourceChanged) -> None:
+        self._notified.clear()
+        self._frames = list(self.source.frames())
+        if self._frames:
+            self._ingestor.kick(self._frames[-1].index)
+        if self.following and self._frames:
+            wait = self._last_refresh + LIVE_REFRESH_S - time.monotonic()
+            if wait > 0:
+                if not self._refresh_timer_armed:
+                    self._refresh_timer_armed = True
+                    self.set_timer(wait, self._follow_latest)
+                self._refresh_header()
+                return
+            self._follow_latest()
+        else:
+            self._refresh_header()
+
+    def _follow_latest(self) -> None:
+        self._refresh_timer_armed = False
+        if self.following and self._frames:
+            self.show_frame(self._frames[-1].index)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "ingest" and event.state is WorkerState.ERROR:
+            self.notify(f"checking frames failed: {event.worker.error!r}", severity="error", timeout=30)
+
+    def on_ledger_advanced(self, message: LedgerAdvanced) -> None:
+        if message.new_violations and self.view is not None:
+            here = self.ledger.violations_at(self.view.frame)
+            if here != self.view.violations:
+                self.show_frame(self.view.frame, state=self.view.state)
+                return
+        self._stale_tabs.add("violations")
+        self._refresh_active_tab()
+        self._refresh_header()
+
+    # --- showing a frame -------------------------------------------------------------------------
+
+    def show_frame(self, index: int, *, state: CacheState | None = None) -> None:
+        """Make frame `index` the one every panel shows (clamped into the held frames)."""
+        if not self._frames:
+            return
+        oldest, newest = self._frames[0].index, self._frames[-1].index
+        index = min(max(index, oldest), newest)
+        try:
+            cache_state = state if state is not None else self.source.state_at(index)
+        except FrameGone:
+            self.notify(f"frame {index} has left the history", severity="warning")
+            return
+        first, previous = self.view is None, self.view
+        # The source's delta helps only between neighbours (a live frame, a step forward).
+        changes = self.source.node_changes(index) if previous is not None and previous.frame == index - 1 else None
+        self.view = StepView(index, cache_state, self.ledger.violations_at(index), previous=previous, changes=changes)
+        self._last_refresh = time.monotonic()
+        self._stale_tabs = set(TABS)
+        with self.batch_update():
+            self._refresh_header()
+            tree = self.query_one(RadixTreeView)
+            tree.show(self.view)
+            self._refresh_marks()
+            self._refresh_active_tab()
+            self._refresh_detail()
+        if first:
+            self.call_after_refresh(freeze_long_lived)  # after the first paint, not before it
+
+    def _frame_position(self) -> int | None:
+        if self.view is None or not self._frames:
+            return None
+        return self.view.frame - self._frames[0].index
+
+    def _refresh_header(self) -> None:
+        position = self._frame_position()
+        frame = self._frames[position] if position is not None and 0 <= position < len(self._frames) else None
+        self.query_one(StatusHeader).show(
+            HeaderState(
+                source=self.source.name,
+                engine=self.source.engine(),
+                health=self.source.health(),
+                step=None if self.view is None else self.view.state.step,
+                frame=position,
+                frames=len(self._frames),
+                live=self.source.live,
+                following=self.following,
+                violations=len(self.ledger.violations()),
+                violations_here=0 if self.view is None else len(self.view.violations),
+                received_at=None if frame is None else frame.received_at,
+            )
+        )
+        pane = self.query_one("#tree-pane")
+        if self.view is None:
+            pane.border_title = "radix tree: waiting for the first snapshot"
+        else:
+            matches = f", {len(self._matches)} matches" if self._match_query else ""
+            pane.border_title = f"radix tree: {len(self.view.state.nodes)} nodes{matches}"
+
+    def _refresh_active_tab(self) -> None:
+        tab = self.query_one(TabbedContent).active
+        if self.view is None or tab not in self._stale_tabs:
+            return
+        self._stale_tabs.discard(tab)
+        view = self.view
+        if tab == "slots":
+            self.query_one(SlotMap).show(view)
+        elif tab == "pages":
+            self.query_one(PageMap).show(view, self._page_marks())
+        elif tab == "requests":
+            self.query_one(RequestsTable).show(view)
+        elif tab == "events":
+            self.query_one(EventLog).show(self._frames, view.frame)
+        elif tab == "violations":
+            self.query_one(ViolationsTable).show(self.ledger.violations(), view.frame)
+
+    def _page_marks(self) -> bytearray:
+        assert self.view is not None
+        focus = self._page_focus
+        if focus.kind == "node":
+            return self.view.pages_of(node=NodeId(int(focus.value)))
+        if focus.kind == "request":
+            return self.view.pages_of(rid=Rid(str(focus.value)))
+        return bytearray()
+
+    def _refresh_marks(self) -> None:
+        """Tree highlights: the selected request's path and the search matches."""
+        assert self.view is not None
+        on_path: set[NodeId] = set()
+        if self._page_focus.kind == "request" and (req := self.view.state.requests.get(Rid(str(self._page_focus.value)))):
+            on_path = set(self.view.path_to(req.last_node))
+        if self._match_query:
+            self._matches = self.view.search_tokens(self._match_query)
+        self.query_one(RadixTreeView).mark(on_path=on_path, matches=set(self._matches))
+
+    def _refresh_detail(self) -> None:
+        detail = self.query_one("#detail", Static)
+        text = detail_text(self.view, self.selection, self.ledger)
+        if text != self._detail_shown:  # most live frames leave the selection as it was
+            self._detail_shown = text
+            detail.update(text)
+
+    def watch_following(self) -> None:
+        if self.is_mounted:
+            self._refresh_header()
+
+    def watch_selection(self) -> None:
+        self._refresh_detail()
+
+    # --- selection from the panels -----------------------------------------------------------
+
+    def on_radix_tree_view_node_highlighted(self, event: RadixTreeView.NodeHighlighted) -> None:
+        if event.node >= 0 and self.query_one(RadixTreeView).has_focus:
+            self.selection = Selection("node", event.node)
+            self._page_focus = self.selection
+            self._stale_tabs.add("pages")
+            self._refresh_active_tab()
+
+    @on(CellGrid.CellHighlighted)
+    def _cell_highlighted(self, event: CellGrid.CellHighlighted) -> None:
+        if not event.grid.has_focus:
+            return
+        if isinstance(event.grid, SlotMap) and (slot := event.grid.slot_at(event.index)) is not None:
+            self.selection = Selection("slot", slot)
+        elif isinstance(event.grid, PageMap):
+            self.selection = Selection("page", event.index, full=isinstance(event, CellGrid.CellSelected))
+
+    @on(DataTable.RowHighlighted, "#request-table")
+    def _request_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.has_focus and event.row_key.value is not None:
+            self.select_request(Rid(event.row_key.value))
+
+    def select_request(self, rid: Rid) -> None:
+        """Describe the request, mark its path in the tree and its pages in the page map."""
+        self.selection = self._page_focus = Selection("request", rid)
+        self._stale_tabs.add("pages")
+        self._refresh_active_tab()
+        if self.view is not None:
+            self._refresh_marks()
+
+    def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        self._refresh_active_tab()
+
+    def on_violations_table_jump(self, message: ViolationsTable.Jump) -> None:
+        self.jump_to(message.violation)
+
+    def jump_to(self, violation: ViolationRow) -> None:
+        """Show the violation's frame and select the slot, node or request it names."""
+        self.following = False
+        if not any(f.index == violation.frame for f in self._frames):
+            self.notify(f"step {violation.step} has left the history", severity="warning")
+            return
+        self.show_frame(violation.frame)
+        if violation.rid:
+            self.select_request(violation.rid)
+        if violation.node >= 0:
+            self.query_one(RadixTreeView).reveal(violation.node)
+            self.selection = Selection("node", violation.node)
+        if violation.slot >= 0:
+            self.action_show_tab("slots")
+            self.query_one(SlotMap).select_slot(violation.slot)
+            self.query_one(SlotMap).focus()
+            self.selection = Selection("slot", violation.slot)
+        elif violation.node >= 0:
+            self.query_one(RadixTreeView).focus()
+        elif violation.rid:
+            self.action_show_tab("requests")
+            self.query_one(RequestsTable).select_rid(violation.rid)
+
+    # --- actions ------------------------------------------------------------------------------
+
+    def action_pause(self) -> None:
+        self.following = not self.following
+        if self.following:
+            self._follow_latest()
+
+    def action_live(self) -> None:
+        self.following = True
+        self._follow_latest()
+
+    def action_step(self, delta: int) -> None:
+        if self.view is None:
+            return
+        self.following = False
+        self.show_frame(self.view.frame + delta)
+
+    def action_goto_step(self) -> None:
+        def go(answer: str | None) -> None:
+            if not answer:
+                return
+            try:
+                step = int(answer)
+            except ValueError:
+                self.notify(f"not a step number: {answer!r}", severity="error")
+                return
+            earlier = [f for f in self._frames if f.step <= step]
+            if not earlier:
+                self.notify(f"step {step} is older than the history", severity="warning")
+                return
+            self.following = False
+            self.show_frame(earlier[-1].index)
+
+        self.push_screen(PromptScreen("Go to step", "a step number"), go)
+
+    def action_search(self) -> None:
+        def search(answer: str | None) -> None:
+            if answer is None:
+                return
+            try:
+                self._match_query = [int(word) for word in answer.replace(",", " ").split()]
+            except ValueError:
+                self.notify("token ids are integers, separated by spaces or commas", severity="error")
+                return
+            self._match_at = -1
+            if self.view is not None:
+                self._refresh_marks()
+                self._refresh_header()
+                if self._match_query and not self._matches:
+                    self.notify("no node holds these tokens", severity="warning")
+                self.action_next_match(1)
+
+        query = " ".join(map(str, self._match_query))
+        self.push_screen(PromptScreen("Search nodes by token ids (empty clears)", "e.g. 151644 872", query), search)
+
+    def action_next_match(self, direction: int) -> None:
+        if not self._matches:
+            return
+        self._match_at = (self._match_at + direction) % len(self._matches)
+        tree = self.query_one(RadixTreeView)
+        tree.reveal(self._matches[self._match_at])
+        tree.focus()
+
+    def action_next_violation(self) -> None:
+        violations = self.ledger.violations()
+        if not violations:
+            self.notify("no violations so far")
+            return
+        current = -1 if self.view is None else self.view.frame
+        later = [v for v in violations if v.frame > current]
+        self.jump_to(later[0] if later else violations[0])
+
+    def action_focus_tree(self) -> None:
+        self.query_one(RadixTreeView).focus()
+
+    def action_show_tab(self, tab: str) -> None:
+        """Switch to `tab` and put the focus in it, so its keys work at once."""
+        self.query_one(TabbedContent).active = tab
+        self._refresh_active_tab()
+        self.query_one(f"#{TAB_FOCUS[tab]}").focus()
+
+    def action_export_json(self) -> None:
+        position = self._frame_position()
+        if self.view is not None and position is not None:
+            state, frame = self.view.state, self._frames[position]
+            self._export(lambda: export_snapshot(state, frame, self.export_dir, self.clock()), off_thread=True)
+
+    def action_screenshot(self) -> None:
+        step = "none" if self.view is None else self.view.state.step
+        name = f"mcinspect-step{step}-{stamp(self.clock())}.svg"
+        self._export(lambda: Path(self.save_screenshot(name, str(self.export_dir))), off_thread=False)
+
+    def action_render_tree(self) -> None:
+        if self.view is not None:
+            state, violations = self.view.state, [v.violation for v in self.view.violations]
+            self._export(lambda: export_tree_svg(state, violations, self.export_dir, self.clock()), off_thread=True)
+
+    def _export(self, write: Callable[[], Path], *, off_thread: bool) -> None:
+        """Run one export and say where it went, or why it did not. JSON of a big state and
+        Graphviz take seconds: those run on a thread (the screenshot must read the screen here)."""
+
+        def run() -> None:
+            severity: SeverityLevel = "information"
+            try:
+                message = f"wrote {write()}"
+            except ExportFailed as exc:
+                message, severity = str(exc), "error"
+            except OSError as exc:
+                message, severity = f"cannot write to {self.export_dir}: {exc.strerror}", "error"
+            if off_thread:
+                self.call_from_thread(self.notify, message, severity=severity)
+            else:
+                self.notify(message, severity=severity)
+
+        if off_thread:
+            self.run_worker(run, thread=True, group="export")
+        else:
+            run()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen([("Everywhere", InspectorApp), ("Radix tree", RadixTreeView), ("Slot and page maps", CellGrid)]))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's commands, then every action a key is bound to (see commands.py)."""
+        yield from super().get_system_commands(screen)
+        yield from palette_commands(self)

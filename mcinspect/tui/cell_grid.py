@@ -1,0 +1,179 @@
+"""A virtual grid of coloured cells with a cursor: the base of the slot map and the page map.
+
+Only the rows on screen are rendered, so 10k slots or a million pages cost the same per frame
+as a hundred. Subclasses say what one cell looks like and what the row gutter says.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from .palette import CURSOR_STYLE
+
+_LABEL_STYLE = Style(color="grey50")
+
+
+class CellGrid(ScrollView, can_focus=True):
+    """Cells laid out row by row; posts `CellHighlighted` as the cursor moves.
+
+    | Key | Action |
+    | :- | :- |
+    | arrows | Move the cursor. |
+    | pageup / pagedown | Move the cursor a screen. |
+    | home / end | First / last cell. |
+    | enter | Select the cell (the page map then lists the page's holders). |
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left", "move(-1, 0)", "Left", show=False),
+        Binding("right", "move(1, 0)", "Right", show=False),
+        Binding("up", "move(0, -1)", "Up", show=False),
+        Binding("down", "move(0, 1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "cursor_to(0)", "First", show=False),
+        Binding("end", "cursor_to(-1)", "Last", show=False),
+        Binding("enter", "select", "Select", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    CellGrid { background: $surface; }
+    """
+
+    CELL_WIDTH: ClassVar[int] = 1
+    """Columns per cell, the coloured part plus any gap."""
+    GAP: ClassVar[int] = 0
+    """Trailing uncoloured columns of a cell (so neighbours stay apart)."""
+    COLUMN_STEP: ClassVar[int] = 8
+    """Cells per row are a multiple of this (when they fit), so ids line up down the rows."""
+
+    cursor: reactive[int] = reactive(0, always_update=True)
+
+    class CellHighlighted(Message):
+        """The cursor is on cell `index`."""
+
+        def __init__(self, grid: CellGrid, index: int) -> None:
+            super().__init__()
+            self.grid = grid
+            self.index = index
+
+        @property
+        def control(self) -> CellGrid:
+            return self.grid
+
+    class CellSelected(CellHighlighted):
+        """Enter was pressed on cell `index`."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._count = 0
+
+    # --- for subclasses ----------------------------------------------------------------
+
+    def cell(self, index: int) -> tuple[str, Style]:
+        """Glyph (CELL_WIDTH - GAP characters) and style of cell `index`."""
+        raise NotImplementedError
+
+    def row_label(self, index: int) -> str:
+        """Label of the row that starts with cell `index`."""
+        return str(index)
+
+    def set_count(self, count: int) -> None:
+        """Number of cells; call after the data changed (the screen is redrawn)."""
+        self._count = count
+        self._resize_virtual()
+        if self.cursor >= count:
+            self.cursor = max(0, count - 1)
+        self.refresh()
+
+    # --- layout ------------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def label_width(self) -> int:
+        return len(self.row_label(max(0, self._count - 1))) + 1
+
+    @property
+    def columns(self) -> int:
+        fits = max(1, (self.size.width - self.label_width) // self.CELL_WIDTH)
+        return fits - fits % self.COLUMN_STEP if fits >= self.COLUMN_STEP else fits
+
+    def _resize_virtual(self) -> None:
+        self.virtual_size = Size(self.size.width, -(-self._count // self.columns))
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._resize_virtual()
+
+    # --- cursor --------------------------------------------------------------------------
+
+    def watch_cursor(self, index: int) -> None:
+        self.scroll_to_region(Region(0, index // self.columns, 1, 1), animate=False, force=True, x_axis=False)
+        self.refresh()
+        if self._count:
+            self.post_message(self.CellHighlighted(self, index))
+
+    def move_to(self, index: int) -> None:
+        """Put the cursor on cell `index` (clamped)."""
+        self.cursor = min(max(0, index), max(0, self._count - 1))
+
+    def action_move(self, dx: int, dy: int) -> None:
+        self.move_to(self.cursor + dx + dy * self.columns)
+
+    def action_page(self, direction: int) -> None:
+        self.move_to(self.cursor + direction * self.columns * max(1, self.size.height - 1))
+
+    def action_cursor_to(self, index: int) -> None:
+        self.move_to(index if index >= 0 else self._count - 1)
+
+    def action_select(self) -> None:
+        if self._count:
+            self.post_message(self.CellSelected(self, self.cursor))
+
+    def on_click(self, event: events.Click) -> None:
+        row = int(self.scroll_offset.y) + event.y
+        column = (event.x - self.label_width) // self.CELL_WIDTH
+        if 0 <= column < self.columns:
+            index = row * self.columns + column
+            if index < self._count:
+                self.move_to(index)
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    # --- rendering -----------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width, base = self.size.width, self.rich_style
+        columns = self.columns
+        first = (int(self.scroll_offset.y) + y) * columns
+        if first >= self._count:
+            return Strip.blank(width, base)
+        label_width = self.label_width
+        segments = [Segment(self.row_label(first).rjust(label_width - 1) + " ", base + _LABEL_STYLE)]
+        gap = Segment(" " * self.GAP, base) if self.GAP else None
+        for index in range(first, min(first + columns, self._count)):
+            glyph, style = self.cell(index)
+            if index == self.cursor and self.has_focus:
+                style += CURSOR_STYLE
+            elif index == self.cursor:
+                style += Style(underline=True)
+            segments.append(Segment(glyph, style))
+            if gap is not None:
+                segments.append(gap)
+        return Strip(segments).crop_extend(0, width, base)

@@ -1,0 +1,33 @@
+"""Keep Python's cyclic GC from pausing the UI on a 100k-node cache.
+
+Cache states hold hundreds of thousands of GC-tracked objects that can never form cycles (the
+`kv_runs` list of every NodeRecord, claim lists, index tuples). A full collection walks all of
+them: 100-200 ms, a visible freeze, every few frames while following an engine. So the app
+freezes what is alive once the first state is loaded (those objects are then skipped by every
+collection and still freed by reference counting), and index builds pause the GC while they
+allocate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while allocating many small acyclic objects."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def freeze_long_lived() -> None:
+    """Collect once, then move every surviving object out of the GC's sight (gc.freeze)."""
+    gc.collect()
+    gc.freeze()

@@ -1,0 +1,90 @@
+"""The slot map and the page map: CellGrids over the selected step."""
+
+from __future__ import annotations
+
+from rich.style import Style
+
+from ..schema import SlotId
+from .cell_grid import CellGrid
+from .model import SlotOwner, StepView
+from .palette import (
+    GLYPH_LAST_TRACKED,
+    GLYPH_MULTIPLE,
+    GLYPH_PLAIN,
+    GLYPH_VIOLATION,
+    PAGE_HIGHLIGHT_STYLE,
+    SLOT_STYLES,
+    VIOLATION_STYLE,
+    page_style,
+)
+
+
+class SlotMap(CellGrid):
+    """One cell per mamba slot, coloured by owner; the gutter gives the row's first slot id."""
+
+    CELL_WIDTH = 3
+    GAP = 1
+    COLUMN_STEP = 10
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: StepView | None = None
+
+    def show(self, view: StepView) -> None:
+        self.view = view
+        self.set_count(len(view.slot_ids))
+
+    def slot_at(self, index: int) -> SlotId | None:
+        if self.view is None or not 0 <= index < len(self.view.slot_ids):
+            return None
+        return self.view.slot_ids[index]
+
+    def select_slot(self, slot: SlotId) -> bool:
+        """Move the cursor to `slot`; False if the step has no such slot."""
+        if self.view is None or slot not in self.view.state.slots:
+            return False
+        self.move_to(self.view.slot_ids.index(slot))
+        return True
+
+    def cell(self, index: int) -> tuple[str, Style]:
+        assert self.view is not None
+        slot = self.view.slot_ids[index]
+        owner = self.view.slot_owners[slot]
+        if slot in self.view.violating_slots:
+            return GLYPH_VIOLATION + " ", VIOLATION_STYLE
+        if owner is SlotOwner.MULTIPLE:
+            marker = GLYPH_MULTIPLE
+        elif slot in self.view.last_tracked:
+            marker = GLYPH_LAST_TRACKED
+        else:
+            marker = GLYPH_PLAIN
+        return marker + " ", SLOT_STYLES[owner]
+
+    def row_label(self, index: int) -> str:
+        slot = self.slot_at(index)
+        return str(slot) if slot is not None else ""
+
+
+class PageMap(CellGrid):
+    """One cell per KV page, coloured by owner; the selection's pages are highlighted."""
+
+    CELL_WIDTH = 1
+    COLUMN_STEP = 16
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: StepView | None = None
+        self._owners = b""
+        self._marked = bytearray()
+
+    def show(self, view: StepView, marked: bytearray) -> None:
+        """Show the step's pages; `marked` has 1 per page to highlight (see StepView.pages_of)."""
+        self.view = view
+        self._owners = view.page_owners
+        self._marked = marked
+        self.set_count(view.page_count)
+
+    def cell(self, index: int) -> tuple[str, Style]:
+        if index < len(self._marked) and self._marked[index]:
+            return "▪", PAGE_HIGHLIGHT_STYLE
+        return " ", page_style(self._owners[index])

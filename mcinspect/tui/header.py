@@ -1,0 +1,114 @@
+"""The status header: engine, rank, step, connection, drops and gaps, live or paused, violations."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ..schema import EngineInfo
+from .source import SourceHealth
+
+
+@dataclass(frozen=True)
+class HeaderState:
+    """Everything the header shows, so it redraws from one value."""
+
+    source: str
+    engine: EngineInfo | None
+    health: SourceHealth
+    step: int | None
+    frame: int | None
+    """Position of the shown frame in the held frames (0-based)."""
+    frames: int
+    live: bool
+    """The source can deliver new frames (attach), unlike a replay."""
+    following: bool
+    violations: int
+    violations_here: int
+    received_at: float | None
+
+
+_STATUS_STYLES = {
+    "connected": ("● connected", "bold green"),
+    "replay": ("■ replay", "bold cyan"),
+    "connecting": ("◌ connecting", "bold yellow"),
+    "disconnected": ("✖ DISCONNECTED", "bold white on red"),
+}
+
+
+def engine_line(source: str, engine: EngineInfo | None) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(" mcinspect ", style="bold black on dodger_blue2")
+    text.append(f" {source} ", style="bold")
+    if engine is None:
+        text.append(" engine: not known yet", style="grey62")
+        return text
+    model = engine.model_path.rstrip("/").rsplit("/", 1)[-1]
+    parts = [
+        model,
+        engine.strategy,
+        f"page {engine.page_size}",
+        f"overlap {'on' if engine.overlap else 'off'}",
+        f"tree core {engine.tree_core}" + ("" if engine.full_tree_detail else " (partial)"),
+        f"rank tp{engine.tp_rank}/dp{engine.dp_rank}",
+        f"sglang {engine.sglang_version}",
+    ]
+    text.append(" · ".join(parts), style="grey85")
+    return text
+
+
+def status_line(state: HeaderState) -> Text:
+    """Most important first: a narrow terminal cuts the end of the line."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    health = state.health
+    label, style = _STATUS_STYLES.get(health.status, (health.status, "bold"))
+    text.append(f" {label} ", style=style)
+    if health.status == "disconnected":
+        text.append(" reconnecting, history kept ", style="yellow")
+    if state.step is None:
+        text.append("  waiting for the first snapshot", style="grey62")
+    else:
+        if state.live and not state.following:
+            text.append("  ❚❚ PAUSED ", style="bold black on yellow")
+        elif state.live and health.connected:
+            text.append("  ▶ LIVE ", style="bold black on green3")
+        # else a replay, or an engine gone: the frame counter says where the view is
+        assert state.frame is not None
+        text.append(f"  step {state.step}", style="bold")
+        text.append(f"  frame {state.frame + 1}/{state.frames}")
+        if not state.following and state.frame + 1 < state.frames:
+            text.append(f" (+{state.frames - state.frame - 1} newer)", style="grey62")
+    text.append("  ")
+    if state.violations:
+        plural = "s" if state.violations != 1 else ""
+        text.append(f" ⚠ {state.violations} violation{plural} ({state.violations_here} here) ", style="bold bright_white on red")
+    else:
+        text.append(" ✓ no violations ", style="green")
+    if health.hook_errors:
+        text.append(f"  hook errors {health.hook_errors}", style="bold red")
+    text.append(f"  drops {health.dropped} gaps {health.gaps} resyncs {health.resyncs}", style="grey70")
+    if state.step is not None and state.received_at:  # 0: unknown (recordings keep no frame times)
+        text.append("  " + time.strftime("%H:%M:%SZ", time.gmtime(state.received_at)), style="grey62")
+    return text
+
+
+class StatusHeader(Static):
+    """Two lines at the top; redraws from a HeaderState."""
+
+    _shown: Text | None = None
+
+    DEFAULT_CSS = """
+    StatusHeader { height: 3; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def show(self, state: HeaderState) -> None:
+        lines = [engine_line(state.source, state.engine), status_line(state)]
+        if state.health.last_error and state.health.status != "connected":
+            lines.append(Text(" " + state.health.last_error, style="yellow", no_wrap=True, overflow="ellipsis"))
+        text = Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+        if text != self._shown:
+            self._shown = text
+            self.update(text, layout=False)  # a fixed three lines: no layout pass per frame

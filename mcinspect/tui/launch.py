@@ -1,0 +1,33 @@
+"""Entry points for the CLI: attach to a live engine, or replay a recording."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..target import Target
+from .app import InspectorApp
+from .replay_source import ReplaySource
+from .session_source import SessionSource
+from .violations import checks_checker
+
+
+def run_attach(target: Target, token: str) -> None:
+    """Run the TUI on the scheduler process at `target` until the user quits."""
+    from ..session import Session
+
+    source = SessionSource(lambda on_frame: Session(target, token=token, on_frame=on_frame), name=f"{target.host}:{target.port}")
+    InspectorApp(source, checker=checks_checker(source.engine)).run()
+
+
+def run_replay(path: str) -> None:
+    """Run the TUI over a recording file; raises mcinspect.recording.RecordingError (one line)."""
+    source = load_recording(path)
+    InspectorApp(source, checker=checks_checker(source.engine)).run()
+
+
+def load_recording(path: str) -> ReplaySource:
+    """A recording as a DataSource (the one place that knows mcinspect.recording's API)."""
+    from ..recording import RecordingReader
+
+    reader = RecordingReader(path)
+    return ReplaySource(list(reader), reader.info, Path(path).name)

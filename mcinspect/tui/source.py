@@ -1,0 +1,111 @@
+"""Where the inspector's states come from: the `DataSource` interface and what it hands out.
+
+The app sees one small interface, so the same screens run on a live engine (`SessionSource`)
+and on a fixed list of states (`StaticSource`: a recording, tests). A source never blocks the
+UI: `start(notify)` hands the network to a thread, and `notify` (called from that thread) only
+tells the app that something changed; the app then reads `frames()` / `state_at()` /
+`health()`, which return at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..schema import CacheState, Counters, Delta, EngineInfo, Event, NodeId, Snapshot
+
+
+class FrameMeta(Protocol):
+    """One step as a source saw it; `mcinspect.session.FrameInfo` has this shape."""
+
+    @property
+    def index(self) -> int:
+        """Source-local frame number, consecutive."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def received_at(self) -> float:
+        """Wall-clock time the frame arrived."""
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """What happened during the step."""
+
+    @property
+    def resync(self) -> bool:
+        """The frame came from a snapshot: steps before it may be missing."""
+
+    @property
+    def engine(self) -> Counters:
+        """The hooks' counters as of this frame."""
+
+
+class FrameGone(LookupError):
+    """The frame asked for has left the source's bounded history."""
+
+
+@dataclass(frozen=True)
+class NodeChanges:
+    """The tree nodes one frame's delta upserted and removed (what the frame before it lacks)."""
+
+    upserted: tuple[NodeId, ...]
+    removed: tuple[NodeId, ...]
+
+    @classmethod
+    def of(cls, frame: Delta | Snapshot) -> NodeChanges | None:
+        """A delta's node changes; None for a snapshot (it may change anything)."""
+        if isinstance(frame, Snapshot):
+            return None
+        return cls(tuple(node.id for node in frame.upsert_nodes), tuple(frame.removed_nodes))
+
+
+@dataclass(frozen=True)
+class SourceHealth:
+    """What the header shows about the connection."""
+
+    status: str
+    """One of "connecting", "connected", "disconnected", "replay"."""
+    dropped: int = 0
+    """Deltas the engine's queue could not take."""
+    gaps: int = 0
+    resyncs: int = 0
+    hook_errors: int = 0
+    last_error: str = ""
+
+    @property
+    def connected(self) -> bool:
+        return self.status in ("connected", "replay")
+
+
+class DataSource(Protocol):
+    """The inspector's view of a stream of cache states."""
+
+    live: bool
+    """New frames may arrive (attach) rather than a fixed list (replay)."""
+    name: str
+    """Shown in the header: HOST:PORT or a file name."""
+
+    def start(self, notify: Callable[[], None]) -> None:
+        """Begin delivering frames; `notify` may be called from any thread."""
+
+    def close(self) -> None: ...
+
+    def engine(self) -> EngineInfo | None: ...
+
+    def health(self) -> SourceHealth: ...
+
+    def frames(self) -> Sequence[FrameMeta]:
+        """Frames still held, oldest first."""
+
+    def state_at(self, index: int) -> CacheState:
+        """The state at frame `index` (read-only); raises FrameGone outside the window."""
+
+    def node_changes(self, index: int) -> NodeChanges | None:
+        """What frame `index` changed in the tree relative to frame `index - 1`, if known
+        (it saves the views a scan of every node)."""

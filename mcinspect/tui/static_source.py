@@ -1,0 +1,75 @@
+"""A DataSource over a fixed list of states (tests, benchmarks, states built in memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..schema import CacheState, Counters, EngineInfo, Event, Seq, Step
+from .source import FrameGone, FrameMeta, NodeChanges, SourceHealth
+
+
+@dataclass(frozen=True)
+class StaticFrame:
+    """A FrameMeta for states that did not come through a Session."""
+
+    index: int
+    seq: Seq
+    step: Step
+    received_at: float
+    events: tuple[Event, ...] = ()
+    resync: bool = False
+    engine: Counters = Counters()
+
+
+@dataclass
+class StaticSource:
+    """A fixed list of states, one frame each."""
+
+    states: Sequence[CacheState]
+    events: Sequence[Sequence[Event]] = ()
+    """Per state, what happened during its step (optional)."""
+    info: EngineInfo | None = None
+    changes: Sequence[NodeChanges | None] = ()
+    """Per state, its node changes relative to the state before (optional)."""
+    name: str = "replay"
+    started_at: float = 0.0
+    """Wall-clock time given to the first frame, each next one a second later (0: none shown)."""
+    live: bool = False
+    _frames: list[StaticFrame] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._frames = [
+            StaticFrame(
+                index=i,
+                seq=Seq(i + 1),
+                step=state.step,
+                received_at=self.started_at + i if self.started_at else 0.0,
+                events=tuple(self.events[i]) if i < len(self.events) else (),
+                resync=i == 0,
+            )
+            for i, state in enumerate(self.states)
+        ]
+
+    def start(self, notify: Callable[[], None]) -> None:
+        notify()
+
+    def close(self) -> None:
+        pass
+
+    def engine(self) -> EngineInfo | None:
+        return self.info
+
+    def health(self) -> SourceHealth:
+        return SourceHealth(status="replay")
+
+    def frames(self) -> Sequence[FrameMeta]:
+        return self._frames
+
+    def state_at(self, index: int) -> CacheState:
+        if not 0 <= index < len(self.states):
+            raise FrameGone(f"frame {index} is not in the replay")
+        return self.states[index]
+
+    def node_changes(self, index: int) -> NodeChanges | None:
+        return self.changes[index] if 0 <= index < len(self.changes) else None

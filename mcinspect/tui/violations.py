@@ -1,0 +1,83 @@
+"""Violations as the inspector lists them, and the one place that drives mcinspect.checks.
+
+The checks are pure functions over a chain of `checks.StepView`s (DESIGN.md, "Checks"); the
+app feeds them frame by frame off the UI thread through a `Checker`. `checks_checker` is the
+only function that knows the checks' API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import checks
+from ..checks import Violation
+from ..schema import CacheState, EngineInfo, NodeId, Rid, SlotId, Step
+from .source import FrameMeta
+
+
+@dataclass(frozen=True)
+class ViolationRow:
+    """A violation and the frame it was found at (the frame is what time travel shows)."""
+
+    frame: int
+    violation: Violation
+
+    @property
+    def step(self) -> Step:
+        return self.violation.step
+
+    @property
+    def check(self) -> str:
+        return self.violation.check
+
+    @property
+    def reason(self) -> str:
+        return self.violation.reason
+
+    @property
+    def node(self) -> NodeId:
+        """The first node involved, -1 for none (what a jump selects)."""
+        return self.violation.nodes[0] if self.violation.nodes else NodeId(-1)
+
+    @property
+    def slot(self) -> SlotId:
+        return self.violation.slots[0] if self.violation.slots else SlotId(-1)
+
+    @property
+    def rid(self) -> Rid:
+        return self.violation.rids[0] if self.violation.rids else Rid("")
+
+
+Checker = Callable[[CacheState | None, CacheState, FrameMeta], list[Violation]]
+"""(state at the previous frame, or None at the start or after a hole; state at this frame;
+this frame) -> its violations. Called once per frame, in frame order."""
+
+
+def checks_checker(engine: Callable[[], EngineInfo | None]) -> Checker:
+    """All of mcinspect.checks as a Checker; `engine` gives the EngineInfo once known."""
+    view: checks.StepView | None = None
+    dropped = hook_errors = 0
+
+    def run(previous: CacheState | None, state: CacheState, frame: FrameMeta) -> list[Violation]:
+        nonlocal view, dropped, hook_errors
+        # A step whose events may be incomplete (a resync, or drops / hook errors during it)
+        # must not be reasoned about from events: the checks then restart from this state.
+        whole = (
+            previous is not None
+            and view is not None
+            and not frame.resync
+            and frame.engine.dropped == dropped
+            and frame.engine.hook_errors == hook_errors
+        )
+        dropped, hook_errors = frame.engine.dropped, frame.engine.hook_errors
+        if view is None:
+            view = checks.StepView.first(state, frame.events, engine())
+        else:
+            view = view.next(state, frame.events, contiguous=whole)
+        try:
+            return checks.check_step(view)
+        except checks.CheckFailed as exc:  # a check choking on this state is itself worth a row
+            return [Violation(check=exc.name, step=view.step, reason=f"the check failed on this step: {exc.__cause__!r}")]
+
+    return run

@@ -1,0 +1,46 @@
+"""Helpers shared by the tests that run the real engine (each through `mcinspect demo`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+
+MCINSPECT = str(Path(sys.executable).parent / "mcinspect")
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1 free (the hooks of rank 0 bind both)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65535:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair found")
+
+
+def tagged_env() -> tuple[dict[str, str], str]:
+    """The environment for a demo process, tagged so its descendants can be found later."""
+    tag = uuid.uuid4().hex
+    return os.environ | {"MCINSPECT_TEST_TAG": tag}, tag
+
+
+def tagged_processes(tag: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        try:
+            if proc.environ().get("MCINSPECT_TEST_TAG") == tag:
+                found.append(f"{proc.pid} {proc.info['name']}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found

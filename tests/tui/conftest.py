@@ -1,0 +1,8 @@
+"""Make tests/tui's helpers (`data`, `snapshot_apps`) importable: pytest runs in importlib mode."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))

@@ -1,0 +1,39 @@
+"""Shared by the TUI tests: settle the app (ingest done), then press keys."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from textual.pilot import Pilot
+
+
+def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test on a fresh event loop (no pytest async plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+async def settle(pilot: Pilot) -> None:
+    """Wait until the ingest worker has checked every frame and the screen caught up."""
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def settle_then(*keys: str) -> Callable[[Pilot], Awaitable[None]]:
+    """A snap_compare `run_before`: settle, press `keys`, settle again."""
+
+    async def run(pilot: Pilot) -> None:
+        await settle(pilot)
+        for key in keys:
+            await pilot.press(key)
+            await settle(pilot)
+
+    return run

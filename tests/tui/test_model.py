@@ -1,0 +1,142 @@
+"""The pure parts: slot and page classification, tree rows, search, ledger, key tables."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from data import demo_states
+
+from mcinspect.schema import CacheState, KvState, NodeId, NodeRecord, SlotClaim, SlotId, Step, pack_tokens
+from mcinspect.tui.app import InspectorApp
+from mcinspect.tui.ledger import Ledger
+from mcinspect.tui.model import PageOwner, SlotOwner, StepView, runs_after, slot_owner
+from mcinspect.tui.static_source import StaticFrame
+from mcinspect.tui.tree_index import ROOT_PARENT, build_children, patch_children
+from mcinspect.tui.tree_rows import CHILD_PAGE, build_rows, limit_to_show
+
+
+def _node(node_id: int, parent: int, tokens: list[int] | None = None, runs=None) -> NodeRecord:
+    tokens = tokens or [node_id]
+    return NodeRecord(
+        id=NodeId(node_id), parent=NodeId(parent), depth=0, key_len=len(tokens), tokens=pack_tokens(tokens), key_hash=0,
+        kv_runs=runs or [], kv_evicted=False, mamba_slot=SlotId(-1), full_lock=0, mamba_lock=0, in_full_lru=True,
+        in_mamba_lru=False, evictable=True, last_access=0.0, hit_count=0, tombstone=False,
+    )  # fmt: skip
+
+
+def _state(nodes: list[NodeRecord], free_runs=None, size: int = 64) -> CacheState:
+    return CacheState(
+        step=Step(1), nodes={n.id: n for n in nodes}, slots={}, requests={},
+        kv=KvState(page_size=4, size=size, free_runs=free_runs or []),
+    )  # fmt: skip
+
+
+def test_slot_owner_classes() -> None:
+    s = SlotId(5)
+    assert slot_owner([SlotClaim(slot=s, kind="free")]) is SlotOwner.FREE
+    assert slot_owner([SlotClaim(slot=s, kind="ping_pong", ping_pong_index=1)]) is SlotOwner.PING_PONG_1
+    assert slot_owner([SlotClaim(slot=s, kind="tree"), SlotClaim(slot=s, kind="cow_source")]) is SlotOwner.COW_SOURCE
+    assert slot_owner([SlotClaim(slot=s, kind="tree"), SlotClaim(slot=s, kind="working")]) is SlotOwner.MULTIPLE
+    assert slot_owner([]) is SlotOwner.UNACCOUNTED
+
+
+def test_runs_after_drops_the_protected_prefix() -> None:
+    assert runs_after([(0, 4), (10, 4)], 6) == [(12, 2)]
+    assert runs_after([(0, 4)], 0) == [(0, 4)]
+    assert runs_after([(0, 4)], 9) == []
+
+
+def test_page_owners_flag_free_and_held_pages() -> None:
+    view = StepView(0, _state([_node(1, -1, runs=[(0, 8)])], free_runs=[(4, 8)], size=16), [])
+    assert list(view.page_owners) == [PageOwner.TREE, PageOwner.TREE | PageOwner.FREE, PageOwner.FREE, PageOwner.NONE]
+
+
+def test_runs_outside_the_pool_are_clipped() -> None:
+    view = StepView(0, _state([_node(1, -1, runs=[(12, 100)]), _node(2, -1, runs=[(-8, 4)])], size=16), [])
+    assert list(view.page_owners) == [PageOwner.NONE, PageOwner.NONE, PageOwner.NONE, PageOwner.TREE]
+
+
+def test_search_matches_whole_tokens_only() -> None:
+    # 256 = 0x100: its bytes appear inside [1, 1] shifted by one byte; that is not a match.
+    view = StepView(0, _state([_node(1, -1, [1, 1, 7]), _node(2, 1, [256, 7])]), [])
+    assert view.search_tokens([256]) == [2]
+    assert view.search_tokens([1, 7]) == [1]
+    assert view.search_tokens([7]) == [1, 2]
+
+
+def test_rows_page_children_and_reveal() -> None:
+    nodes = [_node(0, -1)] + [_node(i, 0) for i in range(1, CHILD_PAGE + 51)]
+    view = StepView(0, _state(nodes), [])
+    rows = build_rows(view, {NodeId(0)}, {})
+    assert len(rows) == 1 + CHILD_PAGE + 1 and rows[-1].more == 50
+    limits: dict[NodeId, int] = {}
+    limit_to_show(view, NodeId(CHILD_PAGE + 40), limits)
+    assert limits[NodeId(0)] == 2 * CHILD_PAGE
+    assert len(build_rows(view, {NodeId(0)}, limits)) == 1 + CHILD_PAGE + 50
+
+
+def test_a_deep_chain_needs_no_recursion() -> None:
+    depth = 20_000
+    view = StepView(0, _state([_node(i, i - 1) for i in range(depth)]), [])
+    assert view.children[ROOT_PARENT] == (0,)
+    assert len(build_rows(view, set(range(depth)), {})) == depth
+    assert len(view.path_to(NodeId(depth - 1))) == depth
+
+
+def test_patched_index_equals_a_fresh_build() -> None:
+    """Splits (a node re-parented under a new one), inserts and leaf removals, patched."""
+    rng = random.Random(0)
+    nodes = {NodeId(i): _node(i, (i - 1) // 3 if i else -1) for i in range(200)}
+    index = build_children(nodes)
+    next_id = 200
+    for _ in range(50):
+        new = dict(nodes)
+        for _ in range(3):
+            op = rng.randrange(3)
+            if op == 0:  # insert a leaf
+                new[NodeId(next_id)] = _node(next_id, rng.choice(list(new)), [next_id])
+            elif op == 1:  # split: a new node between a node and its parent
+                child = rng.choice([k for k in new if new[k].parent >= 0])
+                new[NodeId(next_id)] = _node(next_id, new[child].parent)
+                new[child] = _node(child, next_id)
+            else:  # evict a leaf
+                parents = {n.parent for n in new.values()}
+                leaves = [k for k in new if k not in parents and new[k].parent >= 0]
+                del new[rng.choice(leaves)]
+            next_id += 1
+        patched = patch_children(nodes, index, new)
+        assert patched == build_children(new)
+        nodes, index = new, patched
+
+
+def test_ledger_records_slot_history_and_checks_in_order() -> None:
+    seen: list[int] = []
+
+    def checker(previous, state, frame):
+        seen.append(frame.index)
+        return []
+
+    ledger = Ledger(checker)
+    for index, state in enumerate(demo_states()):
+        ledger.ingest(StaticFrame(index=index, seq=index + 1, step=state.step, received_at=0.0), state)
+    assert seen == [0, 1, 2, 3] and ledger.next_frame == 4
+    history = ledger.slot_history(SlotId(14), up_to_frame=3)
+    assert [(c.step, [k.kind for k in c.claims]) for c in history] == [
+        (40, ["ping_pong"]), (41, ["ping_pong"]), (42, ["ping_pong"]), (43, ["tree", "ping_pong"]),
+    ]  # fmt: skip
+    assert [c.step for c in ledger.slot_history(SlotId(17), up_to_frame=0)] == [40]
+
+
+def test_app_docstring_table_lists_every_binding() -> None:
+    """The key table in InspectorApp's docstring is the help screen: it must not drift."""
+    table = "\n".join(line for line in (InspectorApp.__doc__ or "").splitlines() if line.strip().startswith("|"))
+    documented = set(re.findall(r"^\s*\| ([^|]+?) \|", table, re.MULTILINE)) - {"Key", ":-"}
+    shown = {key.replace("1-5", "").strip() for key in documented}
+    names = {
+        "left_square_bracket": "[", "right_square_bracket": "]", "left_curly_bracket": "{",
+        "right_curly_bracket": "}", "slash": "/", "question_mark": "?",
+    }  # fmt: skip
+    for binding in InspectorApp.BINDINGS:
+        key = names.get(binding.key, binding.key)
+        assert key.isdigit() or any(key in part.split(" / ") for part in shown), f"{binding.key} is not in the docstring table"
