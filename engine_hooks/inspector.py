@@ -74,8 +74,8 @@ class Inspector:
         self._step += 1
         step = Step(self._step)
         events = self.sink.drain(step)
-        self.stats.on_step(scheduler, events)
-        with self._lock:  # snapshots copy the same state on the request thread
+        with self._lock:  # snapshots and stats replies read the same state on the request thread
+            self.stats.on_step(scheduler, events)
             parts = self.capture.step(step, batch)
             owners = self.capture.tree_owners()
             contents, dropped = self.contents.capture(step, owners)
@@ -110,6 +110,10 @@ class Inspector:
         return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=state, counters=self.counters())
 
     def stats_reply(self) -> Stats:
+        with self._lock:
+            return self._stats_reply()
+
+    def _stats_reply(self) -> Stats:
         stats = self.stats.snapshot(self.errors.total)
         check = self.self_check
         return msgspec.structs.replace(

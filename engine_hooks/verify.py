@@ -6,7 +6,7 @@ token position cached). After ContentCapture fingerprints a tree slot for the fi
 its node (so its producing forward has finished, see contents.py), the slot is queued here;
 each step verifies up to MCINSPECT_VERIFY_BUDGET queued slots (oldest first) against
 `RecomputeOracle` (transformers' implementation of the same tiny model) and re-publishes their
-`SlotContent` with `recompute_max_abs` / `recompute_rel_l2` set. The record keeps its
+`SlotContent` with `recompute_conv_rel_l2` / `recompute_temporal_rel_l2` set. The record keeps its
 fingerprint and fingerprint step, so content checks see no new fingerprint.
 
 Prefix tokens are read from sglang's Python tree core (the node's path from the root); on the
@@ -18,7 +18,6 @@ is dropped unverified. Cost: one transformers forward over the prefix per distin
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import msgspec
@@ -26,6 +25,8 @@ import torch
 
 from mcinspect.schema import NodeId, SlotContent, SlotId
 from mcinspect_kernels.state_distance import state_distance_to
+
+from .cpu_engine.patches import ENV_FLAG
 
 ENV_VAR = "MCINSPECT_VERIFY_RECOMPUTE"
 BUDGET_ENV = "MCINSPECT_VERIFY_BUDGET"
@@ -38,7 +39,8 @@ class RecomputeVerifier:
 
     def __init__(self, scheduler: Any, *, budget: int = DEFAULT_BUDGET, oracle: Any = None) -> None:
         cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
-        self._conv: list[torch.Tensor] = list(cache.conv)
+        (conv,) = cache.conv  # Qwen3-Next: one conv tensor (q | k | v channels)
+        self._conv: torch.Tensor = conv
         self._temporal: torch.Tensor = cache.temporal
         self._core = scheduler.tree_cache.tree_core
         self._model_path = str(scheduler.server_args.model_path)
@@ -47,13 +49,14 @@ class RecomputeVerifier:
         self._pending: dict[SlotId, SlotContent] = {}
         """Fingerprinted, not yet verified (insertion order = age)."""
         self._verified: dict[SlotId, SlotContent] = {}
-        self.slots_verified = 0
-        self.seconds = 0.0
-        """Time spent verifying, for the cost per verified slot."""
 
     @classmethod
     def from_env(cls, scheduler: Any) -> RecomputeVerifier | None:
-        if os.environ.get(ENV_VAR) != "1" or not hasattr(scheduler.tree_cache.tree_core, "_node_arena"):
+        """A verifier when asked for, in the embedded CPU engine (the oracle loads the served
+        model into transformers on the CPU: fine for the tiny model only), on the Python core."""
+        if os.environ.get(ENV_VAR) != "1" or os.environ.get(ENV_FLAG) != "1":
+            return None
+        if not hasattr(scheduler.tree_cache.tree_core, "_node_arena"):
             return None
         budget = os.environ.get(BUDGET_ENV)
         return cls(scheduler, budget=int(budget) if budget else DEFAULT_BUDGET)
@@ -102,16 +105,18 @@ class RecomputeVerifier:
                 picked.append((slot, content, prefix_tokens(node)))
         if not picked:
             return {}
-        started = time.perf_counter()
         ref_conv, ref_temporal = self.oracle.references([tokens for _, _, tokens in picked])
         ids = torch.tensor([slot for slot, _, _ in picked], dtype=torch.int64, device=self._temporal.device)
-        distance = state_distance_to(self._conv, self._temporal, ids, ref_conv, ref_temporal)
+        # One distance per component: state_distance_to takes any pool-shaped tensor as its
+        # `temporal` argument, and a combined norm would be dominated by the conv window.
+        conv = state_distance_to([], self._conv, ids, [], ref_conv[0]).rel_l2.tolist()
+        temporal = state_distance_to([], self._temporal, ids, [], ref_temporal).rel_l2.tolist()
         out = {}
-        for (slot, content, _), max_abs, rel_l2 in zip(picked, distance.max_abs.tolist(), distance.rel_l2.tolist()):
-            out[slot] = msgspec.structs.replace(content, recompute_max_abs=max_abs, recompute_rel_l2=rel_l2)
+        for (slot, content, _), conv_rel, temporal_rel in zip(picked, conv, temporal):
+            out[slot] = msgspec.structs.replace(
+                content, recompute_conv_rel_l2=conv_rel, recompute_temporal_rel_l2=temporal_rel
+            )
         self._verified.update(out)
-        self.slots_verified += len(out)
-        self.seconds += time.perf_counter() - started
         return out
 
 

@@ -79,6 +79,7 @@ def demo(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
     tree_core: Annotated[TreeCore, typer.Option(help="sglang's tree core: python shows every node, rust (sglang's default) hides nodes off request paths.")] = TreeCore.python,
     fault: Annotated[Optional[str], typer.Option(help="Reproduce an upstream bug class in the engine (see `mcinspect faults`).")] = None,
+    record: Annotated[Optional[str], typer.Option(help="Record the stream of the workload to this file (replay, check, render, diff it later).")] = None,
     hooks: Annotated[bool, typer.Option(help="Load mcinspect's hooks in the engine (off: the engine runs untouched, for A/B runs).")] = True,
     serve: Annotated[bool, typer.Option(help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal.")] = False,
     self_check: Annotated[bool, typer.Option(help="Verify every captured step against a full re-read and sglang's counters (slow; for debugging mcinspect).")] = False,
@@ -92,12 +93,15 @@ def demo(
     from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, EngineDied, EngineStartError
 
     from .demo import run_demo
+    from .recording import RecordingError
 
     headless = headless or json_out or serve  # both are ways of running without the TUI
     if not headless and not sys.stdout.isatty():
         fail("the TUI needs a terminal; add --headless for progress and a summary")
     if not headless and not hooks:
         fail("the TUI shows what the hooks capture; drop --no-hooks or add --headless")
+    if record is not None and not hooks:
+        fail("--record records what the hooks stream; drop --no-hooks")
     if serve and not hooks:
         fail("--serve keeps the engine up for inspector clients; it needs the hooks (drop --no-hooks)")
     signal.signal(signal.SIGTERM, _interrupt)  # a plain kill still shuts the engine down cleanly
@@ -123,8 +127,9 @@ def demo(
                 on_engine_started=on_started,
                 on_wave_done=on_wave,
                 after_workload=(lambda s: serve_until_interrupted(s, port, json_out)) if serve else (lambda s: None),
+                record_path=record,
             )
-    except (EngineStartError, EngineDied, EngineUnreachable, EngineRefused) as exc:
+    except (EngineStartError, EngineDied, EngineUnreachable, EngineRefused, RecordingError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         raise typer.Exit(0 if serve else 130) from None

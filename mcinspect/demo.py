@@ -59,11 +59,16 @@ def run_demo(
     on_engine_started: Callable[[float], None] = lambda seconds: None,
     on_wave_done: Callable[[int], None] = lambda done: None,
     after_workload: Callable[[DemoSummary], None] = lambda summary: None,
+    record_path: str | None = None,
 ) -> DemoSummary:
-    """Start the embedded engine, run the workload, collect the summary, then call
-    `after_workload` (which may keep the engine up for other clients) and shut down."""
+    """Start the embedded engine, run the workload (recorded from its first step to
+    `record_path` if given), collect the summary, then call `after_workload` (which may keep
+    the engine up for other clients) and shut down."""
     started = time.perf_counter()
     engine = start_engine(config)
+    recording = contextlib.nullcontext()
+    if record_path is not None and config.inspector_port is not None:
+        recording = _recording(Target("127.0.0.1", config.inspector_port), record_path)
     try:
         summary = DemoSummary(
             strategy=config.strategy,
@@ -73,7 +78,8 @@ def run_demo(
             engine_start_s=time.perf_counter() - started,
         )
         on_engine_started(summary.engine_start_s)
-        _drive(engine, Workload(seed=config.seed, total_requests=requests), summary, on_wave_done)
+        with recording:
+            _drive(engine, Workload(seed=config.seed, total_requests=requests), summary, on_wave_done)
         if config.inspector_port is not None:
             reply = request(Target("127.0.0.1", config.inspector_port), GetStats(schema_version=SCHEMA_VERSION))
             summary.stats = reply if isinstance(reply, Stats) else None
@@ -81,6 +87,34 @@ def run_demo(
         return summary
     finally:
         engine.shutdown()
+
+
+@contextlib.contextmanager
+def _recording(target: Target, path: str) -> Iterator[None]:
+    """Record the stream on a thread while the block runs; the first frame is taken before the
+    block starts, so the recording begins at the workload's first step."""
+    from .recorder import record
+
+    stop, started, failure = threading.Event(), threading.Event(), []
+
+    def run() -> None:
+        try:
+            record(target, path, stop=stop, on_frame=lambda result: started.set())
+        except Exception as exc:  # noqa: BLE001 - reported to the caller below
+            failure.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=run, name="mcinspect-demo-recorder", daemon=True)
+    thread.start()
+    started.wait(timeout=30)
+    try:
+        yield
+    finally:
+        time.sleep(0.5)  # let the last steps' deltas arrive
+        stop.set()
+        thread.join(timeout=30)
+    if failure:
+        raise failure[0]
 
 
 @contextlib.contextmanager

@@ -157,11 +157,12 @@ class SlotContent(msgspec.Struct, array_like=True, frozen=True, gc=False):
     step: Step
     """The step whose boundary the fingerprint was taken at."""
     # --- T2 recompute (engine_hooks/verify.py; embedded CPU engine with MCINSPECT_VERIFY_RECOMPUTE=1) ---
-    recompute_max_abs: float = -1.0
-    """Max |slot - state recomputed from the owning node's prefix| over all layers of conv and
-    temporal (mcinspect_kernels.state_distance); -1.0: not verified."""
-    recompute_rel_l2: float = -1.0
-    """||slot - recomputed|| / ||recomputed|| over the same elements; -1.0: not verified."""
+    recompute_conv_rel_l2: float = -1.0
+    """||conv - recomputed conv|| / ||recomputed conv|| over all mamba layers, the recompute being
+    the owning node's prefix run alone (mcinspect_kernels.state_distance); -1.0: not verified."""
+    recompute_temporal_rel_l2: float = -1.0
+    """The same for the temporal (SSM) state. Kept apart from conv: the conv window's norm is
+    ~100x the SSM state's, so one combined distance would hide a wrong SSM state."""
 
 
 class CacheState(msgspec.Struct):

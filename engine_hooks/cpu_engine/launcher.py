@@ -76,6 +76,8 @@ def validate(config: EmbeddedEngineConfig) -> None:
             raise EngineStartError(f"fault {fault.name} exists under {', '.join(fault.strategies)}{sizes}; adjust --strategy / --page-size")
     if config.self_check and config.inspector_port is None:
         raise EngineStartError("--self-check verifies the hooks' capture; it needs the hooks (drop --no-hooks)")
+    if config.verify_recompute and config.inspector_port is None:
+        raise EngineStartError("--verify stores its results with the hooks' capture; it needs the hooks (drop --no-hooks)")
     if config.inspector_port is not None:
         ensure_port_free(config.inspector_port)
         ensure_port_free(config.inspector_port + 1)  # the stream port of scheduler rank 0

@@ -15,9 +15,8 @@ boundaries only. See registry.NOT_CHECKED.
 
 from __future__ import annotations
 
-from ..schema import NodeId
 from .history import StepView
-from .violation import Violation
+from .violation import Violation, node_label
 
 CONTENT = "content-immutable"
 
@@ -46,7 +45,7 @@ def check_content(view: StepView) -> list[Violation]:
                     step=step,
                     nodes=(node,) if node >= 0 else (),
                     slots=(slot,),
-                    reason=f"slot {slot} changed while {_holder(node)} held it: fingerprint {before.content.fingerprint:016x} at step {before.content.step}, {now.fingerprint:016x} at step {now.step}",
+                    reason=f"slot {slot} changed while {node_label(node)} held it: fingerprint {_hex(before.content.fingerprint)} at step {before.content.step}, {_hex(now.fingerprint)} at step {now.step}",
                 )
             )
         claims = state.slots.get(slot, ())
@@ -56,9 +55,10 @@ def check_content(view: StepView) -> list[Violation]:
             out.append(Violation(check=CONTENT, step=step, slots=(slot,), reason=f"slot {slot} ({holders}) holds {now.nonfinite} NaN/Inf values"))
         if now.zero and node is not None:
             # A state after one token or more is never all zeros: the cached slot was never written.
-            out.append(Violation(check=CONTENT, step=step, nodes=(node,) if node >= 0 else (), slots=(slot,), reason=f"slot {slot} cached at {_holder(node)} is all zeros: it was never written"))
+            out.append(Violation(check=CONTENT, step=step, nodes=(node,) if node >= 0 else (), slots=(slot,), reason=f"slot {slot} cached at {node_label(node)} is all zeros: it was never written"))
     return out
 
 
-def _holder(node: NodeId) -> str:
-    return f"node {node}" if node >= 0 else "a tree node off the visible paths"
+def _hex(fingerprint: int) -> str:
+    """The 64-bit fingerprint as 16 hex digits (the kernels hand it over as a signed int64)."""
+    return f"{fingerprint & 0xFFFF_FFFF_FFFF_FFFF:016x}"

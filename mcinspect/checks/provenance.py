@@ -9,11 +9,11 @@ they stay silent rather than guess.
 
 from __future__ import annotations
 
-from ..schema import EvictEvent, InsertEvent, MatchEvent, RequestEvent, SlotEvent, SlotId, TrackPlanEvent
+from ..schema import EvictEvent, InsertEvent, MatchEvent, RequestEvent, SlotClaim, SlotEvent, SlotId, TrackPlanEvent
 from .history import StepView
 from .ledger import Timeline, replay
 from .slots import describe
-from .violation import Violation
+from .violation import Violation, node_label
 
 PROVENANCE = "provenance"
 PLAN_SAFETY = "ping-pong-safety"
@@ -50,7 +50,7 @@ def check_provenance(view: StepView) -> list[Violation]:
     return out
 
 
-def _previous_claims(view: StepView, slot: SlotId) -> list:
+def _previous_claims(view: StepView, slot: SlotId) -> list[SlotClaim]:
     return view.previous.slots.get(slot, []) if view.previous is not None else []
 
 
@@ -81,7 +81,6 @@ def check_plan_safety(view: StepView) -> list[Violation]:
         owner = timeline.facts(event.slot).owner
         if owner is not None and timeline.owner_known(event.slot):
             since = timeline.facts(event.slot).owner_since
-            holder = f"node {owner}" if owner >= 0 else "a tree node off the visible paths"
             out.append(
                 Violation(
                     check=PLAN_SAFETY,
@@ -89,7 +88,7 @@ def check_plan_safety(view: StepView) -> list[Violation]:
                     nodes=(owner,) if owner >= 0 else (),
                     slots=(event.slot,),
                     rids=(event.rid,),
-                    reason=f"request {event.rid}'s state at position {event.position} is planned into slot {event.slot}, which {holder} has cached since step {since}",
+                    reason=f"request {event.rid}'s state at position {event.position} is planned into slot {event.slot}, which {node_label(owner)} has cached since step {since}",
                 )
             )
     return out

@@ -13,6 +13,7 @@ what data it needs, and what it cannot see with the data the schema carries.
 | tree-shape | 8 | metadata | #12007, #35821 |
 | kv-pages | 9 | metadata | KV use-after-free, row/tree divergence |
 | content-immutable | T1 | fingerprints | #24221, #24954, #30862 |
+| T2-recompute | T2 | fingerprints (with recompute distances) | #37836, #31833, #33450 |
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .depth import DEPTH, check_depth
 from .history import StepView
 from .kv import KV, check_kv
 from .provenance import COW, PLAN_SAFETY, PROVENANCE, check_cow, check_plan_safety, check_provenance
+from .recompute import RECOMPUTE, TOLERANCE_REL_L2, check_recompute
 from .slots import PARTITION, REQUEST_SLOTS, check_partition, check_request_slots
 from .tree import LOCKS, SHAPE, check_locks, check_shape
 from .violation import Violation
@@ -189,6 +191,20 @@ CHECKS: dict[str, CheckSpec] = {
             blind_to="changes undone before the next fingerprint; slots the engine did not fingerprint again",
             run=check_content,
         ),
+        CheckSpec(
+            name=RECOMPUTE,
+            invariant="T2",
+            description="a cached state equals the state of its node's prefix recomputed alone",
+            targets=("#37836", "#31833", "#33450"),
+            needs=("fingerprints",),
+            checked="each verified tree slot: conv and temporal state within relative L2 "
+            f"{TOLERANCE_REL_L2:g} of transformers' recompute of the owning node's prefix (the engine "
+            "measures it: embedded CPU engine with --verify, a per-step budget of slots)",
+            blind_to="engines without the recompute (GPU servers: no distances, nothing reported); slots "
+            "evicted before their turn in the budget; differences below the tolerance (bf16 rounding of "
+            "two implementations)",
+            run=check_recompute,
+        ),
     )
 }
 
@@ -198,7 +214,8 @@ NOT_CHECKED: dict[str, str] = {
     "runs outside groups, so a slot leaked by an admission group shows as 'unaccounted' (a leak) instead",
     "4 (checkpoint grid)": "mamba_cache_chunk_size is not in EngineInfo: only page alignment is checked",
     "6 (size ledgers)": "component_evictable_size_ / component_protected_size_ are not in the schema",
-    "T2": "needs a recompute of the prefix (the ground truth of #31833/#37836): mcinspect verify's job",
+    "T2": "checked (T2-recompute) only where the engine recomputes prefixes: the embedded CPU engine "
+    "with --verify; a GPU engine carries no recompute distances",
     "T3": "needs fingerprints of the COW destination / cleared slot taken when the deferred copy runs "
     "(ModelRunner._maybe_execute_deferred_mamba_cow_and_clear), before the same forward extends the slot; "
     "SlotContent is taken at step boundaries only",

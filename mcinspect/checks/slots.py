@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from ..schema import RequestRecord, SlotClaim, SlotId
 from .history import StepView
-from .violation import Violation
+from .violation import Violation, node_label
 
 PARTITION = "slot-partition"
 REQUEST_SLOTS = "request-slots"
@@ -26,7 +26,7 @@ SESSION_PREFIX = "session:"
 def describe(claim: SlotClaim) -> str:
     """A claim as a person reads it: "node 42 (tree)", "request r3 (ping-pong 1)"."""
     if claim.kind == "tree":
-        return f"node {claim.node} (tree)" if claim.node >= 0 else "a tree node off the visible paths (tree)"
+        return f"{node_label(claim.node)} (tree)"
     if claim.kind == "working":
         return f"request {claim.rid} (working)"
     if claim.kind == "ping_pong":

@@ -11,13 +11,17 @@ Run: `.venv/bin/python tests/bench/bench_capture.py [N_NODES ...]` (default 1000
 
 from __future__ import annotations
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))  # cpu_cache
+
 from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()  # before the first sglang import
 
 import random  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from array import array  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -27,7 +31,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, Ma
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from mcinspect.schema import Step  # noqa: E402
-from mcinspect_engine_hooks import cpu_cache  # noqa: E402
+import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402

@@ -210,3 +210,25 @@ def test_cli_snapshot_and_info(live: LiveDemo, tmp_path) -> None:
     ranks = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(ranks) == 1 and ranks[0]["info"]["strategy"] == "extra_buffer"
     assert ranks[0]["stats"]["counters"]["published"] == ranks[0]["stats"]["step"]
+
+
+def test_the_tui_attached_to_the_live_engine_shows_its_state(live: LiveDemo) -> None:
+    from mcinspect.tui import InspectorApp, SessionSource, checks_checker
+
+    snapshot = _snapshot(live.target)
+    source = SessionSource(lambda on_frame: Session(live.target, on_frame=on_frame), name="live")
+
+    async def attach() -> InspectorApp:
+        app = InspectorApp(source, checker=checks_checker(None))
+        async with app.run_test(size=(160, 45)) as pilot:
+            deadline = time.monotonic() + 60
+            while (app.view is None or app.view.state.step < snapshot.state.step) and time.monotonic() < deadline:
+                await pilot.pause(0.2)
+            await pilot.press("2")  # the page map tab renders from the same state
+            await pilot.pause()
+            assert app.view is not None and app.view.state == snapshot.state
+        return app
+
+    import asyncio
+
+    asyncio.run(attach())

@@ -1,37 +1,22 @@
-"""Attach over real sockets: a stand-in engine (ROUTER + PUB, the wire of engine_hooks) serves
+"""Attach over real sockets: the engine side's own transport (RequestServer + Publisher) serves
 the demo states; the app connects through SessionSource and a real Session, follows the
 deltas, and keeps its history when the engine goes away.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 
 import msgspec
-import zmq
 from data import demo_checker, demo_events, demo_info, demo_states
 from helpers import run_async
 
-from mcinspect.schema import (
-    SCHEMA_VERSION,
-    STREAM_TOPIC,
-    CacheState,
-    Counters,
-    Delta,
-    ErrorReply,
-    Event,
-    GetHistory,
-    GetSnapshot,
-    Hello,
-    History,
-    Seq,
-    Snapshot,
-    request_decoder,
-)
+from mcinspect.schema import SCHEMA_VERSION, CacheState, Counters, Delta, Event, Seq, Snapshot, Stats
 from mcinspect.session import Session
 from mcinspect.target import Target
 from mcinspect.tui import InspectorApp, SessionSource
+from mcinspect_engine_hooks.publisher import Publisher
+from mcinspect_engine_hooks.server import RequestServer
 
 
 def delta(seq: int, old: CacheState, new: CacheState, events: list[Event]) -> Delta:
@@ -47,50 +32,38 @@ def delta(seq: int, old: CacheState, new: CacheState, events: list[Event]) -> De
     )  # fmt: skip
 
 
-class FakeEngine:
-    """Answers Hello / GetSnapshot / GetHistory for the first demo state; publishes the rest."""
+class DemoEngine:
+    """The demo states served through the engine side's real transport (engine_hooks'
+    RequestServer and Publisher): a snapshot of the first state, then one delta per step."""
 
     def __init__(self) -> None:
-        context = zmq.Context.instance()
-        self.router = context.socket(zmq.ROUTER)
-        self.pub = context.socket(zmq.PUB)
-        self.port = self.router.bind_to_random_port("tcp://127.0.0.1")
-        self.stream_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.states, self.events = demo_states(), demo_events()
-        self.published: list[Delta] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        self.publisher = Publisher("127.0.0.1", 0)
+        info = msgspec.structs.replace(demo_info(), request_port=0, stream_port=self.publisher.port)
+        self.server = RequestServer(
+            "127.0.0.1", 0, token="", info=info, snapshot=self._snapshot, history=self.publisher.history_after, stats=self._stats
+        )
+        self.port = self.server.port
+        self.publisher.start()
+        self.server.start()
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(1), state=self.states[0], counters=Counters())
+
+    def _stats(self) -> Stats:
+        return Stats(
+            schema_version=SCHEMA_VERSION, step=self.states[0].step, mamba_pool_size=len(self.states[0].slots),
+            mamba_slots_in_use=0, mamba_slots_peak=0, evicted_mamba_slots=0, evicted_tokens=0, hook_errors=0,
+            slots_per_request={}, example_layouts=[],
+        )  # fmt: skip
 
     def publish_rest(self) -> None:
         for i in range(1, len(self.states)):
-            d = delta(i + 1, self.states[i - 1], self.states[i], self.events[i])
-            self.published.append(d)
-            self.pub.send_multipart([STREAM_TOPIC, (i + 1).to_bytes(8, "big"), msgspec.msgpack.encode(d)])
+            self.publisher.publish(delta(i + 1, self.states[i - 1], self.states[i], self.events[i]))
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.pub.close(linger=0)
-
-    def _answer(self, request: object) -> object:
-        info = msgspec.structs.replace(demo_info(), request_port=self.port, stream_port=self.stream_port)
-        if isinstance(request, Hello):
-            return info
-        if isinstance(request, GetSnapshot):
-            return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(1), state=self.states[0], counters=Counters())
-        if isinstance(request, GetHistory):
-            held = [d for d in self.published if d.seq > request.after_seq]
-            return History(schema_version=SCHEMA_VERSION, deltas=held, oldest_seq=Seq(2))
-        return ErrorReply(schema_version=SCHEMA_VERSION, reason="not served here")
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            if self.router.poll(50):
-                identity, payload = self.router.recv_multipart()
-                reply = self._answer(request_decoder.decode(payload))
-                self.router.send_multipart([identity, msgspec.msgpack.encode(reply)])
-        self.router.close(linger=0)
+        self.server.close()
+        self.publisher.close()
 
 
 async def _until(pilot, condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -102,7 +75,7 @@ async def _until(pilot, condition, timeout_s: float = 10.0) -> None:  # type: ig
 
 @run_async
 async def test_attach_follows_the_engine_and_survives_its_exit() -> None:
-    engine = FakeEngine()
+    engine = DemoEngine()
     target = Target("127.0.0.1", engine.port)
     source = SessionSource(
         lambda on_frame: Session(target, timeout_s=0.5, heartbeat_s=0.3, on_frame=on_frame), name=f"127.0.0.1:{engine.port}"

@@ -43,7 +43,7 @@ from mcinspect.schema import (  # noqa: E402
     from_runs,
     key_hash,
 )
-from mcinspect_engine_hooks import cpu_cache  # noqa: E402
+import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 from mcinspect_engine_hooks.capture import Capture, DeltaParts  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402

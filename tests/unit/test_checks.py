@@ -603,10 +603,10 @@ def test_run_helpers_match_token_sets() -> None:
 def test_cached_state_overwritten_while_owned() -> None:
     history = clean_history()
     state = history[2][0]
-    state.contents[SlotId(2)] = SlotContent(SlotId(2), 0xBAD, 0, False, Step(3))
+    state.contents[SlotId(2)] = SlotContent(SlotId(2), -2, 0, False, Step(3))  # int64 from the kernels
     v = only(run(edit(history, 2, state=state), names=["content-immutable"]), "content-immutable")
     assert (v.step, v.slots, v.nodes) == (3, (2,), (1,))
-    assert "00000000000000a1 at step 2, 0000000000000bad at step 3" in v.reason
+    assert "00000000000000a1 at step 2, fffffffffffffffe at step 3" in v.reason
 
 
 def test_nan_and_zero_fingerprints() -> None:
