@@ -42,12 +42,11 @@ class EmbeddedEngineConfig:
     inspector_port: int | None = None
     tree_core: str = "python"
     self_check: bool = False
+    """Engine-side self-check of every captured step (slow; for tests and debugging)."""
     fault: str | None = None
     """A fault of the fault library to reproduce (see `mcinspect faults`)."""
-    """Engine-side self-check of every captured step (slow; for tests and debugging)."""
     verify_recompute: bool = False
     """T2: verify each cached mamba state against a transformers recompute (slow; see verify.py)."""
-
 
     @property
     def effective_overlap(self) -> bool:

@@ -36,7 +36,7 @@ _installed: Fault | None = None
 
 
 class FaultError(ValueError):
-    """An unknown fault name; the message lists the known ones."""
+    """An unknown fault name (the message lists the known ones), or a second fault in one process."""
 
 
 def get_fault(name: str) -> Fault:

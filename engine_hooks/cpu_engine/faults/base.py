@@ -12,13 +12,12 @@ HookKind = Literal["before", "after", "around", "replace"]
 SRT = "sglang.srt."
 GDN_BACKEND = SRT + "layers.attention.linear.gdn_backend.GDNAttnBackend"
 MAMBA_COMPONENT = SRT + "mem_cache.unified_cache.components.mamba.MambaComponent"
-RADIX_CACHE = SRT + "mem_cache.unified_radix_cache.UnifiedRadixCache"
 REQ_TO_TOKEN_POOL = SRT + "mem_cache.memory_pool.HybridReqToTokenPool"
 TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_track_plan"
 
 RECOMPUTE_CHECK = "T2-recompute"
-"""Invariant T2 (a cached state equals its prefix recomputed alone): the differential check,
-not one of mcinspect.checks' per-step checks."""
+"""The check of invariant T2 (a cached state equals its prefix recomputed alone): the only one
+that sees a wrong state whose slot, seqlen and depth are all right (`demo --verify`)."""
 
 EXTRA_BUFFER_STRATEGIES = ("extra_buffer", "extra_buffer_lazy")
 ALL_STRATEGIES = ("no_buffer", *EXTRA_BUFFER_STRATEGIES)
@@ -41,10 +40,9 @@ class Hook:
 class Fault:
     """One upstream bug class, reproduced in the real engine by patching sglang.
 
-    `expected_checks` names the mcinspect checks that must report it, the one meant to catch
-    it first leading: keys of `mcinspect.checks.CHECKS`, or RECOMPUTE_CHECK for a state only
-    a recompute of its prefix can prove wrong. `strategies` and `page_sizes` say where the
-    bug exists (`page_sizes` empty: any page size the strategy accepts).
+    `expected_checks` names the mcinspect checks (keys of `mcinspect.checks.CHECKS`) that
+    must report it, the one that catches it first leading. `strategies` and `page_sizes` say
+    where the bug exists (`page_sizes` empty: any page size the strategy accepts).
     """
 
     name: str

@@ -10,6 +10,7 @@ from itertools import accumulate
 from typing import Any
 
 from .base import (
+    ALL_STRATEGIES,
     EXTRA_BUFFER_STRATEGIES,
     GDN_BACKEND,
     MAMBA_COMPONENT,
@@ -82,7 +83,8 @@ WRONG_CHUNK_STATE = Fault(
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(Hook(TRACK_PLAN, "after", gather_chunk_states_on_flat_grid),),
     trigger="a prefill batch whose second or later request tracks a checkpoint (extend >= 64 tokens) "
-    "after a request whose extend length is not a multiple of 64",
+    "behind one whose extend is not a multiple of 64: the workload's packed waves, and a chunked "
+    "prompt's tail followed by a new prompt",
 )
 
 UNWRITTEN_SLOT = Fault(
@@ -93,13 +95,13 @@ UNWRITTEN_SLOT = Fault(
         "slot (KDA before #30862 called neither track method), yet the scheduler donates the "
         "slot to the tree: a cached node holds whatever the slot held before."
     ),
-    expected_checks=(RECOMPUTE_CHECK, "content-immutable"),
+    expected_checks=(RECOMPUTE_CHECK,),
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(
         Hook(f"{GDN_BACKEND}._track_mamba_state_extend", "replace", skip_track_write),
         Hook(f"{GDN_BACKEND}._track_mamba_state_decode", "replace", skip_track_write),
     ),
-    trigger="any tracked prefill (extend >= 64 tokens) that is later donated",
+    trigger="every tracked prefill (extend >= 64 tokens): its state is donated right after the prefill",
 )
 
 TRACK_OFF_BY_ONE = Fault(
@@ -113,7 +115,8 @@ TRACK_OFF_BY_ONE = Fault(
     expected_checks=("state-depth", RECOMPUTE_CHECK),
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(Hook(f"{MAMBA_COMPONENT}.prepare_for_caching_req", "before", credit_one_page_late),),
-    trigger="every donation of a tracked state with at least a page of tokens after it",
+    trigger="a donation with at least a page of tokens past the tracked state (shorter keys cap the "
+    "credit and floor it back): the last chunk of each chunked prompt, prompts of 80+ fresh tokens",
 )
 
 DEPTH_MISMATCH = Fault(
@@ -125,9 +128,10 @@ DEPTH_MISMATCH = Fault(
         "shallower node, and a hit there replays the missing tokens on top of it."
     ),
     expected_checks=("state-depth", RECOMPUTE_CHECK),
-    strategies=("no_buffer", *EXTRA_BUFFER_STRATEGIES),
+    strategies=ALL_STRATEGIES,
     hooks=(Hook(f"{MAMBA_COMPONENT}.floor_cache_len", "replace", floor_one_page_short),),
-    trigger="every insert of a mamba state",
+    trigger="every insert of a mamba state (under no_buffer only a recompute can tell: states carry "
+    "no planned position)",
 )
 
 FAULTS: tuple[Fault, ...] = (WRONG_CHUNK_STATE, UNWRITTEN_SLOT, TRACK_OFF_BY_ONE, DEPTH_MISMATCH)
