@@ -39,6 +39,9 @@ def write_bytes(payload: bytes, output: str) -> None:
     directory = os.path.dirname(os.path.abspath(output))
     with tempfile.NamedTemporaryFile(dir=directory, prefix=".mcinspect-", delete=False) as tmp:
         tmp.write(payload)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp.name, 0o666 & ~umask)  # as a plain open() would have made it, not 0600
     os.replace(tmp.name, output)
 
 

@@ -21,7 +21,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
 from array import array  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -31,6 +31,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, _gather_mamba_track_indices  # noqa: E402
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache  # noqa: E402
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
@@ -169,7 +170,7 @@ def _unpropagate(patched: Any, original: Any) -> None:
             setattr(module, name, original)
 
 
-def _both(fault_name: str, scenario: Any) -> tuple[Any, Any]:
+def _both(fault_name: str, scenario: Callable[[], Any]) -> tuple[Any, Any]:
     """`scenario()` without, then with the fault."""
     clean = scenario()
     with applied(FAULTS[fault_name]):
@@ -235,7 +236,7 @@ class Engine:
         found, stack = {}, [(self.tree.tree_core.root_node, 0)]
         while stack:
             node, depth = stack.pop()
-            value = node.component_data[2].value  # ComponentType.MAMBA
+            value = node.component_data[ComponentType.MAMBA].value
             if value is not None:
                 found[depth] = int(value[0])
             stack += [(child, depth + len(child.key)) for child in node.children.values()]
