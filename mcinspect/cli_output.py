@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -65,7 +65,8 @@ def serve_until_interrupted(summary: DemoSummary, port: int | None, json_out: bo
     else:
         print_summary(summary)
     stderr.print(f"engine up: try `mcinspect info {port}` or `mcinspect snapshot {port} -o snap.json`; Ctrl-C stops it")
-    threading.Event().wait()
+    while True:  # time.sleep is interrupted by SIGINT at once (a bare lock wait may not be)
+        time.sleep(1)
 
 
 def summary_dict(summary: DemoSummary) -> dict[str, Any]:

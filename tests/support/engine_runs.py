@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -35,12 +36,17 @@ def tagged_env() -> tuple[dict[str, str], str]:
     return os.environ | {"MCINSPECT_TEST_TAG": tag}, tag
 
 
-def tagged_processes(tag: str) -> list[str]:
-    found = []
-    for proc in psutil.process_iter(["pid", "name"]):
-        try:
-            if proc.environ().get("MCINSPECT_TEST_TAG") == tag:
-                found.append(f"{proc.pid} {proc.info['name']}")
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+def tagged_processes(tag: str, wait_s: float = 15.0) -> list[str]:
+    """Processes still carrying `tag` once those that are exiting had `wait_s` to go."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for proc in psutil.process_iter(["pid", "name"]):
+            try:
+                if proc.environ().get("MCINSPECT_TEST_TAG") == tag:
+                    found.append(f"{proc.pid} {proc.info['name']}")
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
