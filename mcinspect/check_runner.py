@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from .checks import StepView, Violation, check_step, select
-from .recording import RecordingReader, copy_state
-from .schema import CacheState, Counters, Delta, EngineInfo, Snapshot, apply_delta
+from .recording import RecordingReader
+from .schema import CacheState, Counters, Delta, EngineInfo, Snapshot, apply_delta, copy_state
 from .session import FrameInfo, Session
 from .snapshot_file import load_snapshot
 from .sources import is_recording

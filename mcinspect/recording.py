@@ -27,7 +27,7 @@ from typing import IO, Any, Literal, cast
 
 import msgspec
 
-from .schema import SCHEMA_VERSION, CacheState, Delta, EngineInfo, Snapshot, Step, apply_delta
+from .schema import SCHEMA_VERSION, CacheState, Delta, EngineInfo, Snapshot, Step, apply_delta, copy_state
 
 MAGIC = b"\x89MCIREC\n"
 """Not text, and a line ending that text-mode copies would mangle (the PNG trick)."""
@@ -102,14 +102,6 @@ def _zstd() -> Any:
     except ImportError:
         return None
     return zstandard
-
-
-def copy_state(state: CacheState) -> CacheState:
-    """Shallow copy: records are immutable and apply_delta replaces them, never edits them."""
-    return CacheState(
-        step=state.step, nodes=dict(state.nodes), slots=dict(state.slots), requests=dict(state.requests),
-        kv=state.kv, contents=dict(state.contents),
-    )
 
 
 class RecordingWriter:

@@ -427,6 +427,13 @@ def apply_delta(state: CacheState, delta: Delta) -> None:
     state.contents.update(delta.contents)
 
 
+def copy_state(state: CacheState) -> CacheState:
+    """Shallow copy: records are immutable and apply_delta replaces them, never edits them, so
+    only the dicts it edits in place are copied (all of them, whatever fields the schema grows)."""
+    fields = msgspec.structs.asdict(state)
+    return CacheState(**{name: dict(value) if isinstance(value, dict) else value for name, value in fields.items()})
+
+
 def to_runs(indices: list[int]) -> Runs:
     """[3, 4, 5, 9] -> [(3, 3), (9, 1)]."""
     runs: Runs = []

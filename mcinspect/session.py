@@ -50,6 +50,7 @@ from .schema import (
     Request,
     Snapshot,
     apply_delta,
+    copy_state,
 )
 from .target import Target
 
@@ -158,13 +159,6 @@ class _Entry:
     keyframe: CacheState | None
 
 
-def _copy(state: CacheState) -> CacheState:
-    """Shallow copy: records are immutable and apply_delta replaces them, never edits them;
-    only the dicts it edits in place are copied (all of them, whatever fields the schema grows)."""
-    fields = msgspec.structs.asdict(state)
-    return CacheState(**{name: dict(value) if isinstance(value, dict) else value for name, value in fields.items()})
-
-
 class _History:
     """Bounded frames with periodic keyframes (see the module docstring)."""
 
@@ -179,7 +173,7 @@ class _History:
         if len(self.entries) >= self._size:
             self._evict_oldest()
         if delta is None or not self.entries or self._since_keyframe + 1 >= self._keyframe_every:
-            self.entries.append(_Entry(info, None, _copy(live)))
+            self.entries.append(_Entry(info, None, copy_state(live)))
             self._since_keyframe = 0
         else:
             self.entries.append(_Entry(info, delta, None))
@@ -204,7 +198,7 @@ class _History:
             base -= 1
         keyframe = self.entries[base].keyframe
         assert keyframe is not None
-        state = _copy(keyframe)
+        state = copy_state(keyframe)
         for i in range(base + 1, position + 1):
             delta = self.entries[i].delta
             assert delta is not None
@@ -317,7 +311,7 @@ class Session:
         The state is copied once per new frame (O(state) shallow copy), then shared by callers."""
         with self._lock:
             if self._latest is None and self._live is not None and self._history.entries:
-                self._latest = Frame(self._history.entries[-1].info, _copy(self._live))
+                self._latest = Frame(self._history.entries[-1].info, copy_state(self._live))
             return self._latest
 
     def history(self) -> list[FrameInfo]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 
-from ..recording import copy_state
+from ..schema import copy_state
 from ..schema import CacheState, Delta, EngineInfo, Seq, Snapshot, Step, apply_delta
 from .source import FrameGone, FrameMeta, NodeChanges, SourceHealth
 from .static_source import StaticFrame

@@ -9,7 +9,8 @@ from pathlib import Path
 import msgspec
 
 from mcinspect.diff import Owner, StateDiff, diff_json, diff_recording, diff_states, format_diff
-from mcinspect.recording import RecordingReader, RecordingWriter, copy_state
+from mcinspect.recording import RecordingReader, RecordingWriter
+from mcinspect.schema import copy_state
 from mcinspect.schema import (
     SCHEMA_VERSION,
     CacheState,
