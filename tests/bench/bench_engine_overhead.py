@@ -13,32 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from mcinspect.client import EngineUnreachable
-from mcinspect.session import Session
-from mcinspect.target import Target
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
+from engine_runs import MCINSPECT, free_port_pair  # noqa: E402  (tests/support)
 
-MCINSPECT = str(Path(sys.executable).parent / "mcinspect")
-
-
-def free_port_pair() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
+from mcinspect.client import EngineUnreachable  # noqa: E402
+from mcinspect.session import Session  # noqa: E402
+from mcinspect.target import Target  # noqa: E402
 
 
 def stream_until(port: int, done: threading.Event, frames: list[int]) -> None:
