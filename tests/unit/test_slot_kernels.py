@@ -78,6 +78,22 @@ def test_torch_fingerprint_is_the_documented_function(conv_dtypes, temporal_dtyp
     assert fingerprints(conv, temporal, slots) == [spec_fingerprint([*conv, temporal], s) for s in slots]
 
 
+@pytest.mark.parametrize("block_words", [40, 200, 1 << 18])
+def test_torch_blocks_do_not_change_the_result(block_words, monkeypatch) -> None:
+    """Budgets that split a slot's layers (40 words: 2 of 3 layers), that hold several slots
+    (200), or everything at once (the default) all give the documented values."""
+    import mcinspect_kernels.fingerprint as fingerprint_module
+
+    monkeypatch.setattr(fingerprint_module, "_TORCH_BLOCK_WORDS", block_words)
+    conv, temporal = make_pool(6, layers=3, conv_dtypes=(torch.bfloat16, torch.float32))
+    temporal[1, 2, 0, 0, 0] = float("nan")
+    slots = [2, 5, 0, 6, 1]
+    result = fingerprint_slots(conv, temporal, torch.tensor(slots), backend="torch")
+    assert result.fingerprint.tolist() == [spec_fingerprint([*conv, temporal], s) for s in slots]
+    assert result.nonfinite.tolist() == [1, 0, 0, 0, 0]
+    assert result.all_zero.tolist() == [False, False, True, False, False]
+
+
 # --- fingerprint properties ---------------------------------------------------------------
 
 
