@@ -3,7 +3,7 @@ the plugin read it). Slot ids stay tensors until `drain`, which converts them in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,15 @@ class DeferredSlots:
     """A slot-list field still held as tensors: becomes a list of ints at drain."""
 
     values: Sequence[IndexValue]
+
+
+@dataclass(frozen=True)
+class DeferredValues:
+    """A field of per-slot values (fingerprints, flags) still held as tensors: becomes a list
+    of `cast(int)` at drain."""
+
+    values: Sequence[IndexValue]
+    cast: Callable[[int], Any] = int
 
 
 @dataclass
@@ -162,7 +171,7 @@ class EventSink:
             for value in fields.values():
                 if isinstance(value, DeferredSlot):
                     tensors.append(value.value)
-                elif isinstance(value, DeferredSlots):
+                elif isinstance(value, DeferredSlots | DeferredValues):
                     tensors.extend(value.values)
         ints = iter(ints_of_many(tensors))
         events: list[Event] = []
@@ -174,6 +183,8 @@ class EventSink:
                     plain[name] = SlotId(got[0] if got else -1)
                 elif isinstance(value, DeferredSlots):
                     plain[name] = [SlotId(s) for _ in value.values for s in next(ints)]
+                elif isinstance(value, DeferredValues):
+                    plain[name] = [value.cast(v) for _ in value.values for v in next(ints)]
                 else:
                     plain[name] = value
             events.append(cls(step=step, **plain))

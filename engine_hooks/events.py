@@ -34,6 +34,7 @@ Checked against sglang 0.5.23. Paths below are relative to `sglang.srt.`:
 | `...ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend` | after | TrackPlanEvent (prefill) |
 | `...ScheduleBatch.prepare_for_decode` | after | TrackPlanEvent (decode boundary) |
 | `managers.schedule_batch.Req.reset_for_retract` | after | RequestEvent retract |
+| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | before, after | CowEvent with fingerprints (cow_hooks.py) |
 
 The UnifiedTreeCore / FullComponent rows fire only with sglang's Python tree core; the Rust
 core runs that logic natively (see adapter_0523's "What the Rust core cannot show"). Node
@@ -53,6 +54,7 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid, SlotEvent, TrackPlanEvent
 
+from .cow_hooks import cow_hook_points
 from .event_sink import DeferredSlot, DeferredSlots, EventSink
 from .guard import ErrorCounter
 
@@ -296,5 +298,6 @@ def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
         (f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", pools.prefill_track),
         (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", pools.decode_track),
         (f"{REQ}.reset_for_retract", "after", pools.retracted),
+        *cow_hook_points(sink),
     ]
     return [(target, when, errors.guard(fn)) for target, when, fn in points]

@@ -91,6 +91,11 @@ class Inspector:
                 self.self_check.after_step(self.capture, scheduler, step)
         self.publisher.publish(delta)
 
+    @property
+    def step(self) -> int:
+        """The last step boundary captured (0: only the initial full state)."""
+        return self._step
+
     def counters(self) -> Counters:
         return Counters(
             published=self.publisher.published,

@@ -100,13 +100,14 @@ class RequestReader:
         """(records of `held`, request claims by slot incl. sessions')."""
         kvs = [(rid, h.req.kv) for rid, h in held.items()] + list(sessions.items())
         tensors = []
-        for _, kv in kvs:
+        for rid, kv in kvs:
             tensors += [kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index]
+            tensors += self._mirrors(kv) if rid in held else [None, None]
         values = ints_of_many(tensors)
-        slots = {rid: values[3 * i : 3 * i + 3] for i, (rid, _) in enumerate(kvs)}
+        slots = {rid: values[5 * i : 5 * i + 5] for i, (rid, _) in enumerate(kvs)}
         claims: dict[SlotId, list[SlotClaim]] = {}
         for rid, kv in kvs:
-            for claim in _claims(rid, kv, *slots[rid]):
+            for claim in _claims(rid, kv, *slots[rid][:3]):
                 claims.setdefault(claim.slot, []).append(claim)
         for listed in claims.values():
             listed.sort(key=_claim_order)
@@ -115,6 +116,15 @@ class RequestReader:
             rid: _record(rid, h, slots[rid], kv_runs[rid]) for rid, h in held.items()
         }
         return records, claims
+
+    def _mirrors(self, kv: Any) -> list[Any]:
+        """The request's rows of the device mirrors the forward reads (None where absent)."""
+        row = kv.req_pool_idx
+        if row is None:
+            return [None, None]
+        working = getattr(self.pool, "req_index_to_mamba_index_mapping", None)
+        ping_pong = getattr(self.pool, "req_index_to_mamba_ping_pong_track_buffer_mapping", None)
+        return [None if working is None else working[row], None if ping_pong is None else ping_pong[row]]
 
     def _kv_runs(self, held: Mapping[Rid, HeldRequest]) -> dict[Rid, Runs]:
         """`req_to_token[row, :allocated_len]` as runs; only the new tail is read when a
@@ -175,7 +185,7 @@ def _claims(rid: Rid, kv: Any, working: list[int], ping_pong: list[int], cow: li
 
 def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) -> RequestRecord:
     req, kv = held.req, held.req.kv
-    working, ping_pong, cow = slots
+    working, ping_pong, cow, working_mirror, ping_pong_mirror = slots
     return RequestRecord(
         rid=rid,
         state=held.state,
@@ -197,6 +207,8 @@ def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) 
         cow_source=SlotId(cow[0] if cow else -1),
         needs_clear=bool(kv.mamba_needs_clear),
         kv_runs=kv_runs,
+        working_mirror=SlotId(working_mirror[0] if working_mirror else -1),
+        ping_pong_mirror=[SlotId(slot) for slot in ping_pong_mirror],
     )
 
 

@@ -131,6 +131,10 @@ class RequestRecord(msgspec.Struct, frozen=True):
     needs_clear: bool
     kv_runs: Runs
     """`req_to_token[row, :allocated_len]`."""
+    working_mirror: SlotId = SlotId(-1)
+    """The device mirrors the forward reads its slots from (`req_index_to_mamba_index_mapping[row]`,
+    `req_index_to_mamba_ping_pong_track_buffer_mapping[row]`): -1 / [] without a row or mirror."""
+    ping_pong_mirror: list[SlotId] = []
 
 
 class KvState(msgspec.Struct, frozen=True):
@@ -228,6 +232,19 @@ class TrackPlanEvent(_Event):
     position: int
 
 
+class CowEvent(_Event):
+    """An extend forward's deferred copy-on-write and clears, fingerprinted right after they
+    ran, before its layers extend the working slots (T3): `destinations[i]` received a copy of
+    `sources[i]`; `cleared[i]` was zeroed (`cleared_zero[i]`: it reads all zeros)."""
+
+    sources: list[SlotId]
+    destinations: list[SlotId]
+    source_fingerprints: list[int]
+    destination_fingerprints: list[int]
+    cleared: list[SlotId]
+    cleared_zero: list[bool]
+
+
 class RequestEvent(_Event):
     rid: Rid
     what: Literal["admit", "finish", "retract"]
@@ -238,7 +255,9 @@ class HookErrorEvent(_Event):
     message: str
 
 
-Event = MatchEvent | InsertEvent | EvictEvent | LockEvent | SlotEvent | TrackPlanEvent | RequestEvent | HookErrorEvent
+Event = (
+    MatchEvent | InsertEvent | EvictEvent | LockEvent | SlotEvent | TrackPlanEvent | CowEvent | RequestEvent | HookErrorEvent
+)
 
 
 # --- counters and engine identity ---------------------------------------------------------

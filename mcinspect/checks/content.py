@@ -7,10 +7,8 @@ written (#30862: zero), a diverged model (NaN). Fingerprints come with the state
 (`CacheState.contents`), taken by the engine after the producing forward finished.
 
 T2 (the state at a node equals the state of its prefix run alone: how #37836 is caught) needs a
-recompute, which a boundary snapshot cannot carry; T3 (after a copy-on-write the working slot
-equals its source; after a clear it is zero) needs fingerprints taken when the deferred copy
-runs, before the same forward extends the working slot, while `SlotContent` is taken at step
-boundaries only. See registry.NOT_CHECKED.
+recompute (recompute.py); T3 (after a copy-on-write the working slot equals its source; after a
+clear it is zero) needs fingerprints taken when the deferred copy runs (cow_copy.py).
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ def check_content(view: StepView) -> list[Violation]:
                     step=step,
                     nodes=(node,) if node >= 0 else (),
                     slots=(slot,),
-                    reason=f"slot {slot} changed while {node_label(node)} held it: fingerprint {_hex(before.content.fingerprint)} at step {before.content.step}, {_hex(now.fingerprint)} at step {now.step}",
+                    reason=f"slot {slot} changed while {node_label(node)} held it: fingerprint {hex_fingerprint(before.content.fingerprint)} at step {before.content.step}, {hex_fingerprint(now.fingerprint)} at step {now.step}",
                 )
             )
         claims = state.slots.get(slot, ())
@@ -59,6 +57,6 @@ def check_content(view: StepView) -> list[Violation]:
     return out
 
 
-def _hex(fingerprint: int) -> str:
+def hex_fingerprint(fingerprint: int) -> str:
     """The 64-bit fingerprint as 16 hex digits (the kernels hand it over as a signed int64)."""
     return f"{fingerprint & 0xFFFF_FFFF_FFFF_FFFF:016x}"

@@ -14,6 +14,7 @@ what data it needs, and what it cannot see with the data the schema carries.
 | kv-pages | 9 | metadata | KV use-after-free, row/tree divergence |
 | content-immutable | T1 | fingerprints | #24221, #24954, #30862 |
 | T2-recompute | T2 | fingerprints (with recompute distances) | #37836, #31833, #33450 |
+| cow-copy | T3 | events (with fingerprints) | #35821, copy-on-write / clear races |
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .content import CONTENT, check_content
+from .cow_copy import COW_COPY, check_cow_copy
 from .depth import DEPTH, check_depth
 from .history import StepView
 from .kv import KV, check_kv
@@ -80,13 +82,14 @@ CHECKS: dict[str, CheckSpec] = {
             name=REQUEST_SLOTS,
             invariant="2",
             description="live requests hold a working slot and a well-formed ping-pong buffer",
-            targets=("donated slot -1 (SGLANG_MAMBA_DEBUG_ASSERTS)", "#24613"),
+            targets=("donated slot -1 (SGLANG_MAMBA_DEBUG_ASSERTS)", "#24613", "#24221"),
             needs=("metadata", "engine-info"),
             checked="working slot > 0; empty flags match -1 entries; next/last track index in range; the "
-            "last-tracked entry is a slot when a state was tracked; with EngineInfo: buffer length "
-            "(2 with overlap, 1 without) and no empty entry under eager extra_buffer",
-            blind_to="the device mirrors (req_index_to_mamba_index_mapping, ..._ping_pong_track_buffer_mapping) "
-            "that free_mamba_cache frees from: the schema does not carry them",
+            "last-tracked entry is a slot when a state was tracked; the device mirrors the forward writes and "
+            "free_mamba_cache frees (req_index_to_mamba_index_mapping, ..._ping_pong_track_buffer_mapping) "
+            "name the record's slots; with EngineInfo: buffer length (2 with overlap, 1 without) and no empty "
+            "entry under eager extra_buffer",
+            blind_to="mirrors of requests without a req_to_token row; speculative decoding's extra track slots",
             run=check_request_slots,
         ),
         CheckSpec(
@@ -205,19 +208,28 @@ CHECKS: dict[str, CheckSpec] = {
             "two implementations)",
             run=check_recompute,
         ),
+        CheckSpec(
+            name=COW_COPY,
+            invariant="T3",
+            description="after a copy-on-write the working slot equals its source; a cleared slot is zero",
+            targets=("#35821", "copy-on-write / clear racing the forward"),
+            needs=("events",),
+            checked="the fingerprints the engine takes right after the deferred copy and clears ran "
+            "(ModelRunner._maybe_execute_deferred_mamba_cow_and_clear), before the forward extends the slots",
+            blind_to="int8 checkpoint pools (a dequantised copy is not bit-equal); CUDA engines unless "
+            "MCINSPECT_COW_FINGERPRINTS=1 (the capture syncs the device); that the source itself was the "
+            "right state (T1, T2)",
+            run=check_cow_copy,
+        ),
     )
 }
 
 NOT_CHECKED: dict[str, str] = {
-    "2 (device mirrors)": "req_index_to_mamba_index_mapping and the ping-pong mirror are not in the schema",
     "1 (admission groups)": "pre-allocations appear as 'admission' claims only while a group is open; capture "
     "runs outside groups, so a slot leaked by an admission group shows as 'unaccounted' (a leak) instead",
     "4 (checkpoint grid)": "mamba_cache_chunk_size is not in EngineInfo: only page alignment is checked",
     "6 (size ledgers)": "component_evictable_size_ / component_protected_size_ are not in the schema",
     "T2": "checked (T2-recompute) only where the engine recomputes prefixes: the embedded CPU engine "
     "with --verify; a GPU engine carries no recompute distances",
-    "T3": "needs fingerprints of the COW destination / cleared slot taken when the deferred copy runs "
-    "(ModelRunner._maybe_execute_deferred_mamba_cow_and_clear), before the same forward extends the slot; "
-    "SlotContent is taken at step boundaries only",
 }
 """Invariant parts no check covers, and the data each would need."""

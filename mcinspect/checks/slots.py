@@ -7,9 +7,9 @@ requests whose record changed), so a broken invariant is reported at the step it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from ..schema import RequestRecord, SlotClaim, SlotId
+from ..schema import NodeId, RequestRecord, SlotClaim, SlotId
 from .history import StepView
 from .violation import Violation, node_label
 
@@ -118,6 +118,7 @@ def check_request_slots(view: StepView) -> list[Violation]:
             continue
         if request.working_slot <= 0:
             flag(request, f"holds no working slot (working slot {request.working_slot})")
+        _check_mirrors(request, view.tree_owners, flag)
         buffer, empty = request.ping_pong, request.ping_pong_empty
         if not buffer:
             if eager or lazy:
@@ -140,3 +141,18 @@ def check_request_slots(view: StepView) -> list[Violation]:
         if request.last_track_seqlen >= 0 and 0 <= last < len(buffer) and buffer[last] < 0:
             flag(request, f"tracked a state at {request.last_track_seqlen} into ping-pong {last}, which is empty: a donation would cache slot -1")
     return out
+
+
+def _check_mirrors(request: RequestRecord, tree_owners: dict[SlotId, NodeId], flag: Callable[..., None]) -> None:
+    """The device mirrors (what the forward writes and free_mamba_cache frees) name the slots
+    the request's record holds (#24221: a donated slot left in the ping-pong mirror)."""
+    if request.working_mirror >= 0 and request.working_slot > 0 and request.working_mirror != request.working_slot:
+        flag(request, f"holds working slot {request.working_slot} but the device mirror names slot {request.working_mirror}", request.working_mirror)
+    mirror = request.ping_pong_mirror
+    if not mirror or len(mirror) != len(request.ping_pong):
+        return
+    for index, (held, mirrored) in enumerate(zip(request.ping_pong, mirror)):
+        if held != mirrored:
+            owner = tree_owners.get(mirrored)
+            cached = f", which {node_label(owner)} has cached" if owner is not None else ""
+            flag(request, f"holds slot {held} as ping-pong {index} but the device mirror the forward tracks into names slot {mirrored}{cached}", mirrored, held)

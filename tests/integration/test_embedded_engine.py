@@ -8,8 +8,12 @@ starts, so the tests can prove that none is left behind.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +21,9 @@ from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow
 
-REQUESTS = 40
+REQUESTS = 160
+"""Long enough for every workload kind, memory pressure and evictions in each configuration."""
+RECORDINGS = Path(tempfile.mkdtemp(prefix="mcinspect-engine-runs-"))
 
 
 @dataclass
@@ -39,10 +45,20 @@ def run_demo(*args: str, timeout: float = 400, env: dict[str, str] | None = None
 _runs: dict[tuple[str, ...], DemoRun] = {}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _remove_recordings() -> Iterator[None]:
+    yield
+    shutil.rmtree(RECORDINGS, ignore_errors=True)
+
+
+def recording_of(args: tuple[str, ...]) -> Path:
+    return RECORDINGS / ("_".join(a.strip("-") for a in args) + ".mcrec")
+
+
 def cached_run(*args: str) -> DemoRun:
-    """One engine run per configuration, shared by the tests that read it."""
+    """One engine run per configuration, recorded, shared by the tests that read it."""
     if args not in _runs:
-        _runs[args] = run_demo(*args, "--requests", str(REQUESTS))
+        _runs[args] = run_demo(*args, "--requests", str(REQUESTS), "--record", str(recording_of(args)))
     return _runs[args]
 
 
@@ -50,6 +66,7 @@ CONFIGS = {
     "no_buffer-p1": ("--strategy", "no_buffer", "--page-size", "1"),
     "extra_buffer-p1": ("--strategy", "extra_buffer", "--page-size", "1"),
     "extra_buffer-p16": ("--strategy", "extra_buffer", "--page-size", "16"),
+    "extra_buffer-p16-no-overlap": ("--strategy", "extra_buffer", "--page-size", "16", "--no-overlap"),
     "extra_buffer_lazy-p16": ("--strategy", "extra_buffer_lazy", "--page-size", "16"),
 }
 
@@ -70,6 +87,16 @@ def test_workload_runs_hits_the_cache_and_shuts_down_clean(name: str) -> None:
     assert stats["hook_errors"] == 0
     assert stats["step"] > 0 and 0 < stats["mamba_slots_peak"] <= stats["mamba_pool_size"]
     assert run.leftovers == [], f"engine processes left behind: {run.leftovers}"
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_long_clean_run_has_no_violations(name: str) -> None:
+    """Zero false positives: every check over every step of the run, evictions included."""
+    run = cached_run(*CONFIGS[name])
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.summary["stats"]["evicted_mamba_slots"] > 0
+    check = subprocess.run([MCINSPECT, "check", str(recording_of(CONFIGS[name])), "--json"], capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, (check.stdout[:3000], check.stderr[-3000:])
 
 
 def test_extra_buffer_with_overlap_gives_each_request_two_ping_pong_slots() -> None:

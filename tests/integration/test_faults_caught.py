@@ -1,28 +1,48 @@
 """The fault library against the checks, on the real engine: each fault reproduced by
-patching sglang is reported by the check meant to catch it, and a clean run with the same
-workload reports nothing (`mcinspect demo --record` then `mcinspect check`)."""
+patching sglang is reported by the check meant to catch it within 3 steps of its first faulty
+action, naming what the fault touched; a clean run with the same workload reports nothing
+(`mcinspect demo --record` then `mcinspect check`).
+
+The faults log each faulty action (MCINSPECT_FAULT_LOG): the step of the first capture that
+can show it, and the slot / node / request it touched where the patched method knows them.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from engine_runs import MCINSPECT, free_port_pair
 
-from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
+from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, RECOMPUTE_CHECK
+from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
 
 pytestmark = pytest.mark.slow
 
 REQUESTS = 40
+DETECTION_STEPS = 3
+
+CASES = {
+    # every fault once; the strategies and page sizes each fault applies to, in turn
+    "wrong-chunk-state": ("extra_buffer", 16),
+    "unwritten-slot": ("extra_buffer_lazy", 16),
+    "track-off-by-one": ("extra_buffer", 1),
+    "depth-mismatch": ("no_buffer", 1),
+    "leak-slot": ("extra_buffer_lazy", 16),
+    "double-owner": ("extra_buffer", 1),
+    "overwrite-cached": ("extra_buffer", 16),
+    "ghost-node": ("extra_buffer_lazy", 16),
+}
 
 
-def record_and_check(tmp_path: Path, *demo_args: str) -> tuple[list[dict], dict]:
+def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None = None) -> tuple[list[dict], dict]:
     recording = tmp_path / "run.mcrec"
     demo = subprocess.run(
         [MCINSPECT, "demo", "--json", "--requests", str(REQUESTS), "--port", str(free_port_pair()), "--record", str(recording), *demo_args],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-3000:]
     check = subprocess.run([MCINSPECT, "check", str(recording), "--json"], capture_output=True, text=True, timeout=300)
@@ -32,16 +52,39 @@ def record_and_check(tmp_path: Path, *demo_args: str) -> tuple[list[dict], dict]
     return violations, json.loads(demo.stdout)
 
 
-@pytest.mark.parametrize("fault", ["double-owner", "leak-slot", "wrong-chunk-state"])
-def test_fault_is_caught_by_its_check(fault: str, tmp_path: Path) -> None:
+def test_every_fault_has_a_case() -> None:
+    assert CASES.keys() == FAULTS.keys()
+    for name, (strategy, page_size) in CASES.items():
+        assert FAULTS[name].applies_to(strategy, page_size), name
+
+
+@pytest.mark.parametrize("fault", CASES)
+def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, tmp_path: Path) -> None:
     spec = FAULTS[fault]
-    args = ["--fault", fault] + (["--verify"] if "T2-recompute" in spec.expected_checks else [])
-    violations, _ = record_and_check(tmp_path, *args)
-    fired = {v["check"] for v in violations}
-    assert spec.expected_checks[0] in fired, f"{fault}: expected {spec.expected_checks[0]}, got {sorted(fired)}"
+    strategy, page_size = CASES[fault]
+    log = tmp_path / "faults.jsonl"
+    args = ["--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
+    args += ["--verify"] if RECOMPUTE_CHECK in spec.expected_checks else []
+    violations, _ = record_and_check(tmp_path, *args, env={**os.environ, LOG_ENV: str(log)})
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    assert actions and all(a["fault"] == fault and a["step"] is not None for a in actions)
+    first = min(a["step"] for a in actions)
+    expected = spec.expected_checks[0]
+    caught = sorted((v for v in violations if v["check"] == expected), key=lambda v: v["step"])
+    assert caught, f"{fault}: expected {expected}, got {sorted({v['check'] for v in violations})}"
+    detection = caught[0]
+    assert 0 <= detection["step"] - first <= DETECTION_STEPS, f"{fault}: first action at step {first}, caught at {detection}"
+    touched = {
+        "slots": {a["slot"] for a in actions if a["slot"] is not None},
+        "nodes": {a["node"] for a in actions if a["node"] is not None},
+        "rids": {a["rid"] for a in actions if a["rid"] is not None},
+    }
+    if any(touched.values()):  # the patched method knew what it touched: the violation names it
+        assert any(set(detection[kind]) & touched[kind] for kind in touched), f"{fault}: {detection} names none of {touched}"
 
 
 def test_clean_run_has_no_violations(tmp_path: Path) -> None:
     violations, summary = record_and_check(tmp_path, "--verify")
     assert summary["stats"]["evicted_mamba_slots"] > 0  # the run did exercise eviction
     assert violations == []
+

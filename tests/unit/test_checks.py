@@ -21,6 +21,7 @@ import pytest
 from mcinspect.checks import CHECKS, NOT_CHECKED, StepView, UnknownCheck, Violation, check_step, run_checks, views
 from mcinspect.checks.kv import first_overlap, intervals, subtract, truncate
 from mcinspect.schema import (
+    CowEvent,
     CacheState,
     EngineInfo,
     Event,
@@ -353,6 +354,25 @@ def test_last_tracked_entry_empty_would_donate_minus_one() -> None:
     assert len(eager) == 2  # and the empty entry itself, which eager extra_buffer never has
 
 
+def test_device_mirror_still_naming_the_donated_slot() -> None:
+    """#24221: after the donation at step 2 the record names fresh slot 4, the ping-pong mirror
+    the forward tracks into still names slot 2, which node 1 now holds."""
+    history = clean_history()
+    state = history[1][0]
+    r1 = state.requests[R1]
+    assert r1.ping_pong[0] == SlotId(4)
+    in_sync = replace(r1, working_mirror=r1.working_slot, ping_pong_mirror=list(r1.ping_pong))
+    state.requests[R1] = in_sync
+    assert run(edit(history, 1, state=state), names=["request-slots"]) == []
+    state.requests[R1] = replace(in_sync, ping_pong_mirror=[SlotId(2), r1.ping_pong[1]])
+    v = only(run(edit(history, 1, state=state), names=["request-slots"]), "request-slots")
+    assert v.step == 2 and v.slots == (SlotId(2), SlotId(4)) and v.rids == (R1,)
+    assert "device mirror the forward tracks into names slot 2, which node 1 has cached" in v.reason
+    state.requests[R1] = replace(in_sync, working_mirror=SlotId(9))
+    v = only(run(edit(history, 1, state=state), names=["request-slots"]), "request-slots")
+    assert v.slots == (SlotId(9),) and f"holds working slot {r1.working_slot} but the device mirror names slot 9" in v.reason
+
+
 def test_ping_pong_length_follows_overlap() -> None:
     """Re-checked whenever the request's record changes: r1 at steps 1-3, r2 at step 5."""
     violations = run(clean_history(), engine(overlap=False), names=["request-slots"])
@@ -635,11 +655,41 @@ def test_fingerprint_before_ownership_is_no_baseline() -> None:
     assert run(edit(history, 6, state=w_state), names=["content-immutable"]) == []
 
 
+def with_cow(history: list[Step_], *, copied: int, cleared_zero: bool) -> list[Step_]:
+    """Step 5's copy-on-write of slot 3 into r2's working slot, as the engine fingerprints it
+    right after the copy ran (`copied`: the destination's fingerprint), plus a cleared slot."""
+    state, events = history[4]
+    (match,) = [e for e in events if isinstance(e, MatchEvent)]
+    working = state.requests[R2].working_slot
+    cow = CowEvent(
+        step=Step(5), sources=[match.cow_source], destinations=[working], source_fingerprints=[0xB2],
+        destination_fingerprints=[copied], cleared=[SlotId(9)], cleared_zero=[cleared_zero],
+    )  # fmt: skip
+    return edit(history, 4, events=[*events, cow])
+
+
+def test_copy_on_write_equal_to_its_source_is_clean() -> None:
+    assert run(with_cow(clean_history(), copied=0xB2, cleared_zero=True)) == []
+
+
+def test_copy_on_write_that_differs_from_its_source() -> None:
+    history = with_cow(clean_history(), copied=0xB3, cleared_zero=True)
+    v = only(run(history), "cow-copy")
+    working = history[4][0].requests[R2].working_slot
+    assert v.step == 5 and v.slots == (working, SlotId(3))
+    assert f"working slot {working} differs from its copy-on-write source 3" in v.reason
+
+
+def test_cleared_slot_that_is_not_zero() -> None:
+    v = only(run(with_cow(clean_history(), copied=0xB2, cleared_zero=False)), "cow-copy")
+    assert v.slots == (SlotId(9),) and "cleared" in v.reason
+
+
 # --- registry, API, scale -----------------------------------------------------------------
 
 
 def test_registry_describes_every_check() -> None:
-    assert len(CHECKS) == 11 and {"T2", "T3"} <= NOT_CHECKED.keys()
+    assert len(CHECKS) == 12 and "T2" in NOT_CHECKED and "T3" not in NOT_CHECKED
     for name, spec in CHECKS.items():
         assert spec.name == name and spec.description and spec.targets and spec.needs and spec.checked and spec.blind_to
     with pytest.raises(UnknownCheck):

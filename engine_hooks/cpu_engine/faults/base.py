@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +20,11 @@ TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_
 RECOMPUTE_CHECK = "T2-recompute"
 """The check of invariant T2 (a cached state equals its prefix recomputed alone): the only one
 that sees a wrong state whose slot, seqlen and depth are all right (`demo --verify`)."""
+
+LOG_ENV = "MCINSPECT_FAULT_LOG"
+"""A file to append one JSON line per faulty action to (tests measure detection latency)."""
+LOG_LIMIT = 200
+_logged = 0
 
 EXTRA_BUFFER_STRATEGIES = ("extra_buffer", "extra_buffer_lazy")
 ALL_STRATEGIES = ("no_buffer", *EXTRA_BUFFER_STRATEGIES)
@@ -76,3 +83,19 @@ class Fault:
 
         for hook in self.hooks:
             HookRegistry.register(hook.target, hook.fn, HookType(hook.kind))
+
+
+def log_faulty_action(fault: str, *, slot: int | None = None, node: int | None = None, rid: str | None = None) -> None:
+    """Where MCINSPECT_FAULT_LOG names a file, append {fault, step, slot, node, rid}: `step` is the
+    inspector's next capture, the first that can show the action (null without hooks). The
+    first LOG_LIMIT actions are kept; the first one is what detection latency is measured from."""
+    global _logged
+    path = os.environ.get(LOG_ENV)
+    if not path or _logged >= LOG_LIMIT:
+        return
+    from ... import plugin  # mcinspect_engine_hooks.plugin: this process's Inspector, if any
+
+    step = plugin.inspector.step + 1 if plugin.inspector is not None else None
+    _logged += 1
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(json.dumps({"fault": fault, "step": step, "slot": slot, "node": node, "rid": rid}) + "\n")

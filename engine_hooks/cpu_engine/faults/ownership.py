@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, REQ_TO_TOKEN_POOL, Fault, Hook
+from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, REQ_TO_TOKEN_POOL, Fault, Hook, log_faulty_action
 
 if TYPE_CHECKING:
     import torch
@@ -55,6 +55,7 @@ def leak_working_slot(
     finally:
         pool.mamba_allocator = allocator
         _leaked.append(slot)
+        log_faulty_action("leak-slot", slot=slot, rid=req.rid)
 
 
 def keep_donated_slot(original: Callable[..., Any], pool: Any, req: Any, new_slot: torch.Tensor) -> torch.Tensor:
@@ -66,6 +67,7 @@ def keep_donated_slot(original: Callable[..., Any], pool: Any, req: Any, new_slo
     donated = original(pool, req, new_slot)
     pool.set_mamba_ping_pong_slot(req, pool.get_mamba_ping_pong_keep_idx(req), donated[0])
     pool.mamba_allocator.free(new_slot)
+    log_faulty_action("double-owner", slot=int(donated[0]), rid=req.rid)
     return donated
 
 
@@ -81,6 +83,7 @@ def keep_stale_track_mirror(original: Callable[..., Any], pool: Any, req: Any, n
     stale = mirror[row].clone()
     donated = original(pool, req, new_slot)
     mirror[row] = stale
+    log_faulty_action("overwrite-cached", slot=int(donated[0]), rid=req.rid)
     return donated
 
 
@@ -114,6 +117,7 @@ def stamp_ghost_root(
         component.cache.req_to_token_pool.mamba_allocator.free(data.value)
         data.value = value
     inserted = InsertResult(prefix_len=0, last_device_node=root.id, mamba_exist=False)
+    log_faulty_action("ghost-node", slot=int(value), node=root.id, rid=req.rid)
     return original(component, req, is_finished, insert_result=inserted, insert_params=insert_params)
 
 
@@ -157,7 +161,7 @@ OVERWRITE_CACHED = Fault(
         "position lands in the slot the tree owns, and its finish frees it (the mirror is what "
         "free_mamba_cache frees), leaking the fresh slot."
     ),
-    expected_checks=("slot-partition", "content-immutable"),
+    expected_checks=("request-slots", "slot-partition", "content-immutable"),
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(Hook(f"{REQ_TO_TOKEN_POOL}.donate_mamba_ping_pong_slot", "around", keep_stale_track_mirror),),
     trigger="any donating request's finish (frees the cached slot); a request that tracks again at "

@@ -18,6 +18,7 @@ from .base import (
     TRACK_PLAN,
     Fault,
     Hook,
+    log_faulty_action,
 )
 
 
@@ -42,12 +43,16 @@ def gather_chunk_states_on_flat_grid(
     if mamba2:  # Mamba2's kernel has the flat grid; the faulty formula is right there
         return None
     starts = list(accumulate(extend_lens, initial=0))
+    right = [int(src) for src in plan.h_src]
     plan.h_src = [(starts[row] + plan.chunk_indices[row] * chunk_size) // chunk_size for row in plan.h_rows]
+    if plan.h_src != right:
+        log_faulty_action("wrong-chunk-state")
     return plan
 
 
 def skip_track_write(*args: Any, **kwargs: Any) -> None:
     """Stands in for the backend's state-tracking copy: the tracked slot is never written."""
+    log_faulty_action("unwritten-slot")
 
 
 def credit_one_page_late(component: Any, req: Any, insert_params: Any, token_ids_len: int, is_finished: bool) -> None:
@@ -58,6 +63,8 @@ def credit_one_page_late(component: Any, req: Any, insert_params: Any, token_ids
     """
     if component.cache.enable_mamba_extra_buffer and req.kv.mamba_last_track_seqlen:
         req.kv.mamba_last_track_seqlen += component.cache.page_size
+        if req.kv.mamba_last_track_seqlen <= token_ids_len:  # else capped and floored back: harmless
+            log_faulty_action("track-off-by-one", rid=req.rid)
 
 
 def floor_one_page_short(component: Any, cache_len: int) -> int:
@@ -67,6 +74,8 @@ def floor_one_page_short(component: Any, cache_len: int) -> int:
     shallower, as when another component (SWA window, DCP page) floors the key below the
     state's depth.
     """
+    if cache_len > 0:
+        log_faulty_action("depth-mismatch")
     return max(cache_len - component.cache.page_size, 0)
 
 

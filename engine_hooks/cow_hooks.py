@@ -1,0 +1,77 @@
+"""T3 capture: the deferred copy-on-write and clears of an extend forward, fingerprinted right
+after they ran and before the forward's layers extend the working slots (the only moment at
+which "the working slot equals its source" / "a cleared slot is zero" can be seen).
+
+| sglang 0.5.23 method | hook | what mcinspect does |
+|---|---|---|
+| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | before | keep the batch's COW / clear slot ids (the method sets them to None) |
+| same | after | fingerprint sources, destinations and cleared slots; queue a CowEvent |
+
+The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
+are part of the forward. On CUDA, `fingerprint_slots` checks slot bounds with a device sync,
+so the capture is off there unless MCINSPECT_COW_FINGERPRINTS=1. Not captured: int8
+checkpoint pools (the destination is a dequantised copy, not bit-equal to its source).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from mcinspect.schema import CowEvent
+from mcinspect_kernels.fingerprint import fingerprint_slots
+
+from .event_sink import DeferredSlots, DeferredValues, EventSink
+
+MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
+ON_CUDA_ENV = "MCINSPECT_COW_FINGERPRINTS"
+
+
+class CowHooks:
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+        self._pending: tuple[Any, Any, Any] | None = None
+
+    def before(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        self._pending = (
+            getattr(forward_batch, "mamba_cow_src_indices", None),
+            getattr(forward_batch, "mamba_cow_dst_indices", None),
+            getattr(forward_batch, "mamba_clear_indices", None),
+        )
+
+    def after(self, ret: Any, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        pending, self._pending = self._pending, None
+        ran = getattr(forward_batch, "mamba_cow_src_indices", None) is None and getattr(forward_batch, "mamba_clear_indices", None) is None
+        if pending is None or not ran:  # not an extend forward: sglang left the ids for later
+            return
+        sources, destinations, cleared = (t if t is not None and t.numel() else None for t in pending)
+        if sources is None and cleared is None:
+            return
+        pool = runner.req_to_token_pool
+        if getattr(pool, "mamba_ckpt_pool", None) is not None:
+            return
+        cache = pool.mamba_pool.mamba_cache
+        if cache.temporal.is_cuda and os.environ.get(ON_CUDA_ENV) != "1":
+            return
+        parts = [t for t in (sources, destinations, cleared) if t is not None]
+        slots = torch.cat([t.reshape(-1) for t in parts])
+        result = fingerprint_slots(list(cache.conv), cache.temporal, pool.translate_mamba_indices(slots))
+        copies = 0 if sources is None else sources.numel()
+        fingerprints = result.fingerprint
+        self.sink.emit(
+            CowEvent,
+            sources=DeferredSlots([sources]),
+            destinations=DeferredSlots([destinations if copies else None]),
+            source_fingerprints=DeferredValues([fingerprints[:copies]]),
+            destination_fingerprints=DeferredValues([fingerprints[copies : 2 * copies]]),
+            cleared=DeferredSlots([cleared]),
+            cleared_zero=DeferredValues([result.all_zero[2 * copies :]], cast=bool),
+        )
+
+
+def cow_hook_points(sink: EventSink) -> list[tuple[str, str, Any]]:
+    hooks = CowHooks(sink)
+    target = f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear"
+    return [(target, "before", hooks.before), (target, "after", hooks.after)]
