@@ -1,13 +1,14 @@
 """mcinspect's Textual TUI (`mcinspect attach`, `mcinspect replay`).
 
-The CLI calls `run_attach` / `run_replay`; tests and benchmarks build an `InspectorApp` over a
-`StaticSource` (a list of states). The TUI reads states through a `DataSource` and never talks ZMQ itself.
+The CLI calls `run_attach` / `run_replay` (`mcinspect demo`: `attach_app`); tests replay recordings
+(`load_recording`), the benchmark builds an `InspectorApp` over a `StaticSource` (states built in
+memory). The TUI reads states through a `DataSource` and never talks ZMQ itself.
 """
 
 from __future__ import annotations
 
 from .app import InspectorApp
-from .launch import load_recording, run_attach, run_replay
+from .launch import attach_app, load_recording, run_attach, run_replay
 from .replay_source import ReplaySource
 from .session_source import SessionSource
 from .source import DataSource, NodeChanges, SourceHealth
@@ -25,6 +26,7 @@ __all__ = [
     "StaticFrame",
     "StaticSource",
     "ViolationRow",
+    "attach_app",
     "checks_checker",
     "load_recording",
     "run_attach",

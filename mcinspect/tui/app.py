@@ -22,7 +22,7 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import DataTable, Static, TabbedContent
+from textual.widgets import Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
 from ..schema import CacheState, NodeId, Rid
@@ -40,6 +40,7 @@ from .messages import LedgerAdvanced, SourceChanged
 from .model import StepView
 from .panels import LAYOUT_CSS, TAB_FOCUS, TABS, compose_layout
 from .requests_table import RequestsTable
+from .row_table import RowTable
 from .screens import HelpScreen, PromptScreen
 from .source import DataSource, FrameGone, FrameMeta
 from .tree_view import RadixTreeView
@@ -112,6 +113,9 @@ class InspectorApp(App[None]):
     ) -> None:
         """`checker` runs over every frame (see `violations.checks_checker`); `clock` names exports."""
         super().__init__()
+        # No animations: the tab underline alone redraws for 0.3 s after every tab switch, CPU
+        # that following a 100k-node cache needs.
+        self.animation_level = "none"
         self.source = source
         self.ledger = Ledger(checker)
         self.clock = clock
@@ -200,8 +204,13 @@ class InspectorApp(App[None]):
             self.notify(f"frame {index} has left the history", severity="warning")
             return
         first, previous = self.view is None, self.view
-        # The source's delta helps only between neighbours (a live frame, a step forward).
-        changes = self.source.node_changes(index) if previous is not None and previous.frame == index - 1 else None
+        # The source's deltas help between neighbours (a live frame, one step either way);
+        # other jumps find the changed nodes by a scan.
+        changes = None
+        if previous is not None and previous.frame == index - 1:
+            changes = self.source.node_changes(index)
+        elif previous is not None and previous.frame == index + 1 and (forward := self.source.node_changes(index + 1)):
+            changes = forward.reversed()
         self.view = StepView(index, cache_state, self.ledger.violations_at(index), previous=previous, changes=changes)
         self._last_refresh = time.monotonic()
         self._stale_tabs = set(TABS)
@@ -213,7 +222,15 @@ class InspectorApp(App[None]):
             self._refresh_active_tab()
             self._refresh_detail()
         if first:
-            self.call_after_refresh(freeze_long_lived)  # after the first paint, not before it
+            self.call_after_refresh(self._after_first_paint)
+
+    def _after_first_paint(self) -> None:
+        freeze_long_lived()
+        # The page index costs O(nodes) once (later frames patch it): build it now, off the UI
+        # thread, rather than when the page map is first shown.
+        view = self.view
+        if view is not None:
+            self.run_worker(lambda: view.tree_pages, thread=True, group="warm-up")
 
     def _frame_position(self) -> int | None:
         if self.view is None or not self._frames:
@@ -313,10 +330,10 @@ class InspectorApp(App[None]):
         elif isinstance(event.grid, PageMap):
             self.selection = Selection("page", event.index, full=isinstance(event, CellGrid.CellSelected))
 
-    @on(DataTable.RowHighlighted, "#request-table")
-    def _request_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.has_focus and event.row_key.value is not None:
-            self.select_request(Rid(event.row_key.value))
+    @on(RowTable.RowHighlighted, "#request-table")
+    def _request_highlighted(self, event: RowTable.RowHighlighted) -> None:
+        if event.table.has_focus:
+            self.select_request(Rid(event.key))
 
     def select_request(self, rid: Rid) -> None:
         """Describe the request, mark its path in the tree and its pages in the page map."""
@@ -475,7 +492,8 @@ class InspectorApp(App[None]):
             run()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen([("Everywhere", InspectorApp), ("Radix tree", RadixTreeView), ("Slot and page maps", CellGrid)]))
+        sections = [("Everywhere", InspectorApp), ("Radix tree", RadixTreeView), ("Slot and page maps", CellGrid), ("Tables", RowTable)]
+        self.push_screen(HelpScreen(sections))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's commands, then every action a key is bound to (see commands.py)."""

@@ -6,6 +6,8 @@ as a hundred. Subclasses say what one cell looks like and what the row gutter sa
 
 from __future__ import annotations
 
+from itertools import groupby
+from operator import itemgetter
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -21,6 +23,7 @@ from textual.strip import Strip
 from .palette import CURSOR_STYLE
 
 _LABEL_STYLE = Style(color="grey50")
+_UNFOCUSED_CURSOR_STYLE = Style(underline=True)
 
 
 class CellGrid(ScrollView, can_focus=True):
@@ -119,11 +122,14 @@ class CellGrid(ScrollView, can_focus=True):
 
     # --- cursor --------------------------------------------------------------------------
 
-    def watch_cursor(self, index: int) -> None:
-        self.scroll_to_region(Region(0, index // self.columns, 1, 1), animate=False, force=True, x_axis=False)
-        self.refresh()
+    def watch_cursor(self, old: int, new: int) -> None:
+        columns, top = self.columns, self.scroll_offset.y
+        self.scroll_to_region(Region(0, new // columns, 1, 1), animate=False, force=True, x_axis=False, immediate=True)
+        if self.scroll_offset.y == top:  # a scroll repaints the grid; else two rows changed
+            self.refresh_line(old // columns)
+            self.refresh_line(new // columns)
         if self._count:
-            self.post_message(self.CellHighlighted(self, index))
+            self.post_message(self.CellHighlighted(self, new))
 
     def move_to(self, index: int) -> None:
         """Put the cursor on cell `index` (clamped)."""
@@ -151,10 +157,10 @@ class CellGrid(ScrollView, can_focus=True):
                 self.move_to(index)
 
     def on_focus(self) -> None:
-        self.refresh()
+        self.refresh_line(self.cursor // self.columns)
 
     def on_blur(self) -> None:
-        self.refresh()
+        self.refresh_line(self.cursor // self.columns)
 
     # --- rendering -----------------------------------------------------------------------
 
@@ -166,14 +172,17 @@ class CellGrid(ScrollView, can_focus=True):
             return Strip.blank(width, base)
         label_width = self.label_width
         segments = [Segment(self.row_label(first).rjust(label_width - 1) + " ", base + _LABEL_STYLE)]
-        gap = Segment(" " * self.GAP, base) if self.GAP else None
+        cells: list[tuple[str, Style]] = []
         for index in range(first, min(first + columns, self._count)):
             glyph, style = self.cell(index)
-            if index == self.cursor and self.has_focus:
-                style += CURSOR_STYLE
-            elif index == self.cursor:
-                style += Style(underline=True)
-            segments.append(Segment(glyph, style))
-            if gap is not None:
-                segments.append(gap)
+            if index == self.cursor:
+                style += CURSOR_STYLE if self.has_focus else _UNFOCUSED_CURSOR_STYLE
+            cells.append((glyph, style))
+        if self.GAP:
+            gap = Segment(" " * self.GAP, base)
+            for glyph, style in cells:
+                segments += (Segment(glyph, style), gap)
+        else:  # neighbours of one style share a segment: a page map row is ~100 cells of a few styles
+            for style, run in groupby(cells, key=itemgetter(1)):
+                segments.append(Segment("".join(glyph for glyph, _ in run), style))
         return Strip(segments).crop_extend(0, width, base)

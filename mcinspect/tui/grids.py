@@ -13,9 +13,9 @@ from .palette import (
     GLYPH_PLAIN,
     GLYPH_VIOLATION,
     PAGE_HIGHLIGHT_STYLE,
+    PAGE_STYLE_BY_FLAGS,
     SLOT_STYLES,
     VIOLATION_STYLE,
-    page_style,
 )
 
 
@@ -54,7 +54,7 @@ class SlotMap(CellGrid):
             return GLYPH_VIOLATION + " ", VIOLATION_STYLE
         if owner is SlotOwner.MULTIPLE:
             marker = GLYPH_MULTIPLE
-        elif slot in self.view.last_tracked:
+        elif self.view.is_last_tracked(slot):
             marker = GLYPH_LAST_TRACKED
         else:
             marker = GLYPH_PLAIN
@@ -87,4 +87,4 @@ class PageMap(CellGrid):
     def cell(self, index: int) -> tuple[str, Style]:
         if index < len(self._marked) and self._marked[index]:
             return "▪", PAGE_HIGHLIGHT_STYLE
-        return " ", page_style(self._owners[index])
+        return " ", PAGE_STYLE_BY_FLAGS[self._owners[index]]

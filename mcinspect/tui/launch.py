@@ -13,10 +13,15 @@ from .violations import checks_checker
 
 def run_attach(target: Target, token: str) -> None:
     """Run the TUI on the scheduler process at `target` until the user quits."""
+    attach_app(target, token).run()
+
+
+def attach_app(target: Target, token: str) -> InspectorApp:
+    """The TUI on the scheduler process at `target` (`mcinspect attach`, `mcinspect demo`)."""
     from ..session import Session
 
     source = SessionSource(lambda on_frame: Session(target, token=token, on_frame=on_frame), name=f"{target.host}:{target.port}")
-    InspectorApp(source, checker=checks_checker(source.engine)).run()
+    return InspectorApp(source, checker=checks_checker(source.engine))
 
 
 def run_replay(path: str) -> None:

@@ -8,11 +8,11 @@ nothing here touches Textual.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from functools import cached_property
 from typing import NewType
 
 from ..schema import CacheState, NodeId, NodeRecord, Rid, Runs, SlotClaim, SlotId, pack_tokens
+from .page_index import TreePages, paint
 from .source import NodeChanges
 from .tree_index import ROOT_PARENT, ChildIndex, build_children, patch_children
 from .violations import ViolationRow
@@ -86,35 +86,6 @@ def runs_after(runs: Runs, offset: int) -> Runs:
     return kept
 
 
-_FILL_LEN = 1 << 16
-_FILLS: dict[int, memoryview] = {}
-"""One prebuilt run of each flag value; slices of a memoryview copy nothing."""
-
-
-def _paint(flags: bytearray, runs: Iterable[tuple[int, int]], value: int, page_size: int) -> None:
-    """Set the flags of every page the token runs touch to `value`.
-
-    Slice assignment from a prebuilt fill (C speed, no per-page loop); this is the hot loop of
-    the page map (one call per 100k nodes' runs), so it stays flat. Runs outside the pool (a
-    bug in the data) are clipped: a slice past the end would grow the bytearray instead.
-    """
-    fill = _FILLS.get(value)
-    if fill is None:
-        fill = _FILLS[value] = memoryview(bytes([value]) * _FILL_LEN)
-    size = len(flags)
-    for start, length in runs:
-        if length <= 0:
-            continue
-        first = max(0, start // page_size)
-        end = min(size, (start + length - 1) // page_size + 1)
-        if first >= end:
-            continue
-        while end - first > _FILL_LEN:
-            flags[first : first + _FILL_LEN] = fill
-            first += _FILL_LEN
-        flags[first:end] = fill[: end - first]
-
-
 def _or_bytes(*layers: bytearray) -> bytes:
     """Bytewise OR of equal-length layers whose values use disjoint bits (C speed via int)."""
     total = 0
@@ -145,6 +116,13 @@ class StepView:
         built = previous.__dict__ if previous is not None else {}
         self._children_from = (previous.state.nodes, built["children"], changes) if "children" in built else None
         self._owners_from = (previous.state.slots, built["slot_owners"]) if "slot_owners" in built else None
+        # Tree pages are patched from the last view that built them, however far back (the
+        # page map is often hidden for many frames); `changes` only hold for the view before.
+        self._pages_from: tuple[dict[NodeId, NodeRecord], TreePages, NodeChanges | None] | None = None
+        if "tree_pages" in built:
+            self._pages_from = (previous.state.nodes, built["tree_pages"], changes)
+        elif previous is not None and previous._pages_from is not None:
+            self._pages_from = (*previous._pages_from[:2], None)
 
     # --- tree -------------------------------------------------------------------------
 
@@ -204,16 +182,13 @@ class StepView:
             for slot, claims in self.state.slots.items()
         }
 
-    @cached_property
-    def last_tracked(self) -> set[SlotId]:
-        """Ping-pong slots that `mamba_last_track_idx` points at."""
-        ping_pong = (SlotOwner.PING_PONG_0, SlotOwner.PING_PONG_1, SlotOwner.MULTIPLE)
-        slots = self.state.slots
-        return {
-            slot
-            for slot, owner in self.slot_owners.items()
-            if owner in ping_pong and any(claim.last_tracked for claim in slots[slot])
-        }
+    def is_last_tracked(self, slot: SlotId) -> bool:
+        """A ping-pong slot that `mamba_last_track_idx` points at (asked per cell on screen, not
+        for all 10k slots per frame)."""
+        owner = self.slot_owners.get(slot)
+        if owner not in (SlotOwner.PING_PONG_0, SlotOwner.PING_PONG_1, SlotOwner.MULTIPLE):
+            return False
+        return any(claim.last_tracked for claim in self.state.slots[slot])
 
     @cached_property
     def violating_slots(self) -> set[SlotId]:
@@ -230,17 +205,24 @@ class StepView:
         return -(-self.state.kv.size // self.page_size)
 
     @cached_property
+    def tree_pages(self) -> TreePages:
+        """The pages tree nodes hold (PageOwner.TREE flags)."""
+        base, self._pages_from = self._pages_from, None
+        pages, page_size = self.page_count, self.page_size
+        if base is not None and len(base[1].flags) == pages and base[1].page_size == page_size:
+            return base[1].patched(base[0], self.state.nodes, base[2])
+        return TreePages.build(self.state.nodes, pages, page_size, PageOwner.TREE)
+
+    @cached_property
     def page_owners(self) -> bytes:
         """PageOwner flags per page. A request's pages are those past its cache-protected
         prefix: the prefix belongs to the tree."""
         size, page_size = self.page_count, self.page_size
-        free, tree, request = bytearray(size), bytearray(size), bytearray(size)
-        _paint(free, self.state.kv.free_runs, PageOwner.FREE, page_size)
-        tree_runs = (run for node in self.state.nodes.values() if not node.kv_evicted for run in node.kv_runs)
-        _paint(tree, tree_runs, PageOwner.TREE, page_size)
+        free, request = bytearray(size), bytearray(size)
+        paint(free, self.state.kv.free_runs, PageOwner.FREE, page_size)
         request_runs = (run for req in self.state.requests.values() for run in runs_after(req.kv_runs, req.cache_protected_len))
-        _paint(request, request_runs, PageOwner.REQUEST, page_size)
-        return _or_bytes(free, tree, request)
+        paint(request, request_runs, PageOwner.REQUEST, page_size)
+        return _or_bytes(free, self.tree_pages.flags, request)
 
     def pages_of(self, *, node: NodeId | None = None, rid: Rid | None = None) -> bytearray:
         """1 per page held by the node or the request (all of its row), else 0."""
@@ -250,7 +232,7 @@ class StepView:
             runs = record.kv_runs
         elif rid is not None and (req := self.state.requests.get(rid)) is not None:
             runs = req.kv_runs
-        _paint(marks, runs, 1, self.page_size)
+        paint(marks, runs, 1, self.page_size)
         return marks
 
     def page_holders(self, page: PageId) -> tuple[list[NodeRecord], list[Rid]]:

@@ -35,6 +35,8 @@ CURSOR_STYLE = Style(reverse=True, bold=True)
 """The cursor on a coloured cell."""
 ROW_CURSOR_STYLE = Style(bgcolor="grey35", bold=True)
 """The cursor on a text row (reverse would turn a whole row white)."""
+UNFOCUSED_CURSOR_STYLE = Style(bgcolor="grey23")
+"""The cursor on a text row of a panel without the focus."""
 HIGHLIGHT_STYLE = Style(underline=True, bold=True)
 
 GLYPH_PLAIN = " "
@@ -63,11 +65,15 @@ PAGE_LABELS: dict[int, str] = {
 }
 
 
-def page_style(flags: int) -> Style:
-    """Style of a page cell from its PageOwner flags."""
+def _page_style(flags: int) -> Style:
     if flags & PageOwner.FREE and flags != PageOwner.FREE:
         return PAGE_CONFLICT_STYLE
     return PAGE_STYLES[flags]
+
+
+PAGE_STYLE_BY_FLAGS: tuple[Style, ...] = tuple(_page_style(flags) for flags in range(1 << len(PageOwner)))
+"""Style of a page cell, indexed by its PageOwner flags (a tuple index: the page map looks up
+thousands of cells per repaint, and IntFlag arithmetic is slow)."""
 
 
 LegendEntries = list[tuple[str, str, Style]]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from .event_log import EventLog
 from .grids import PageMap, SlotMap
 from .header import StatusHeader
+from .key_footer import KeyFooter
 from .legend import Legend
 from .palette import page_legend, slot_legend
 from .requests_table import RequestsTable
@@ -60,4 +61,4 @@ def compose_layout() -> ComposeResult:
                     yield ViolationsTable(id="violation-table")
             with VerticalScroll(id="detail-pane"):
                 yield Static(id="detail")
-    yield Footer()
+    yield KeyFooter()

@@ -1,10 +1,10 @@
 """Where the inspector's states come from: the `DataSource` interface and what it hands out.
 
 The app sees one small interface, so the same screens run on a live engine (`SessionSource`)
-and on a fixed list of states (`StaticSource`: a recording, tests). A source never blocks the
-UI: `start(notify)` hands the network to a thread, and `notify` (called from that thread) only
-tells the app that something changed; the app then reads `frames()` / `state_at()` /
-`health()`, which return at once.
+and on fixed frames (`ReplaySource`: a recording; `StaticSource`: states built in memory). A
+source never blocks the UI: `start(notify)` hands the network to a thread, and `notify` (called
+from that thread) only tells the app that something changed; the app then reads `frames()` /
+`state_at()` / `health()`, which return at once.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ class NodeChanges:
         if isinstance(frame, Snapshot):
             return None
         return cls(tuple(node.id for node in frame.upsert_nodes), tuple(frame.removed_nodes))
+
+    def reversed(self) -> NodeChanges:
+        """The same frame's changes read backwards (the frame before it, seen from it): what it
+        upserted or removed differs, and what it added is gone."""
+        return NodeChanges(self.upserted + self.removed, self.upserted)
 
 
 @dataclass(frozen=True)

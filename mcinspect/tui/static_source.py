@@ -1,4 +1,5 @@
-"""A DataSource over a fixed list of states (tests, benchmarks, states built in memory)."""
+"""A DataSource over a fixed list of states built in memory (the responsiveness benchmark), and
+the FrameMeta of frames that did not come through a Session."""
 
 from __future__ import annotations
 
@@ -27,28 +28,15 @@ class StaticSource:
     """A fixed list of states, one frame each."""
 
     states: Sequence[CacheState]
-    events: Sequence[Sequence[Event]] = ()
-    """Per state, what happened during its step (optional)."""
-    info: EngineInfo | None = None
     changes: Sequence[NodeChanges | None] = ()
     """Per state, its node changes relative to the state before (optional)."""
     name: str = "replay"
-    started_at: float = 0.0
-    """Wall-clock time given to the first frame, each next one a second later (0: none shown)."""
     live: bool = False
     _frames: list[StaticFrame] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._frames = [
-            StaticFrame(
-                index=i,
-                seq=Seq(i + 1),
-                step=state.step,
-                received_at=self.started_at + i if self.started_at else 0.0,
-                events=tuple(self.events[i]) if i < len(self.events) else (),
-                resync=i == 0,
-            )
-            for i, state in enumerate(self.states)
+            StaticFrame(index=i, seq=Seq(i + 1), step=state.step, received_at=0.0, resync=i == 0) for i, state in enumerate(self.states)
         ]
 
     def start(self, notify: Callable[[], None]) -> None:
@@ -58,7 +46,7 @@ class StaticSource:
         pass
 
     def engine(self) -> EngineInfo | None:
-        return self.info
+        return None
 
     def health(self) -> SourceHealth:
         return SourceHealth(status="replay")

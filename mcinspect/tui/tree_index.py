@@ -69,8 +69,9 @@ def patch_children(
         changed = [nodes[node_id] for node_id in changes.upserted if node_id in nodes]
         removed = {node_id for node_id in changes.removed if node_id in old_nodes and node_id not in nodes}
     for node_id in removed:
-        if any(child not in removed for child in old_index.get(node_id, ())):
-            return None  # a removed node whose children stay: they became orphans
+        for child in old_index.get(node_id, ()):
+            if child not in removed and (child not in nodes or nodes[child].parent == node_id):
+                return None  # a removed node whose children stay under it: they became orphans
     edited: dict[NodeId, list[NodeId]] = {}
 
     def siblings_of(parent: NodeId) -> list[NodeId]:

@@ -3,29 +3,33 @@
 Textual's Tree widget builds a widget-side node per line and walks them recursively; a radix
 tree with 100k nodes or a deep chain needs neither. This view keeps only the set of expanded
 node ids, derives the visible rows from the state (`tree_rows.build_rows`) and renders the rows
-that are on screen.
+that are on screen. Rendered lines are cached by what they show: a node record is replaced
+when it changes, so a cached line stays right across frames, and a cursor move or a scroll
+renders only the lines that are new on screen.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..schema import NodeId
+from ..schema import NodeId, NodeRecord
 from .model import StepView
+from .palette import ROW_CURSOR_STYLE, UNFOCUSED_CURSOR_STYLE
 from .tree_index import ROOT_PARENT
-from .palette import ROW_CURSOR_STYLE
 from .tree_rows import CHILD_PAGE, RowMarks, TreeRow, build_rows, limit_to_show, more_label, node_label
 
-_UNFOCUSED_CURSOR = Style(bgcolor="grey23")
+LineKey = tuple[object, ...]
+"""What a rendered line depends on: the row, the node record's identity, its marks, the
+cursor, the width and the base style."""
 
 
 class RadixTreeView(ScrollView, can_focus=True):
@@ -77,6 +81,7 @@ class RadixTreeView(ScrollView, can_focus=True):
         self._on_path: set[NodeId] = set()
         self._matches: set[NodeId] = set()
         self._first_view = True
+        self._lines: LRUCache[LineKey, tuple[NodeRecord | None, Strip]] = LRUCache(1024)
 
     # --- feeding ---------------------------------------------------------------------
 
@@ -135,9 +140,12 @@ class RadixTreeView(ScrollView, can_focus=True):
 
     # --- cursor and actions ----------------------------------------------------------------
 
-    def watch_cursor(self, line: int) -> None:
-        self.scroll_to_region(Region(0, line, 1, 1), animate=False, force=True, x_axis=False)
-        self.refresh()
+    def watch_cursor(self, old: int, new: int) -> None:
+        top = self.scroll_offset.y
+        self.scroll_to_region(Region(0, new, 1, 1), animate=False, force=True, x_axis=False, immediate=True)
+        if self.scroll_offset.y == top:  # a scroll repaints the view; else two lines changed
+            self.refresh_line(old)
+            self.refresh_line(new)
         node = self.cursor_node
         self.post_message(self.NodeHighlighted(node if node is not None else NodeId(-1)))
 
@@ -205,27 +213,34 @@ class RadixTreeView(ScrollView, can_focus=True):
         if self.view is None or line >= len(self._rows):
             return Strip.blank(width, base)
         row = self._rows[line]
-        if row.more:
-            text = more_label(row)
-        else:
-            node = self.view.state.nodes[row.node]
-            marks = RowMarks(
-                expandable=bool(self.view.children.get(row.node)),
-                expanded=row.node in self.expanded,
-                on_path=row.node in self._on_path,
-                match=row.node in self._matches,
-                violation=row.node in self.view.violating_nodes,
-            )
-            text = node_label(node, row.level, marks)
+        cursor = (ROW_CURSOR_STYLE if self.has_focus else UNFOCUSED_CURSOR_STYLE) if line == self.cursor else None
+        node = None if row.more else self.view.state.nodes[row.node]
+        marks = None if node is None else self._marks(row.node)
+        key: LineKey = (row, id(node), marks, cursor, width, base)
+        cached = self._lines.get(key)
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        text = more_label(row) if node is None or marks is None else node_label(node, row.level, marks)
         text.stylize_before(base)
-        if line == self.cursor:
+        if cursor is not None:
             text.pad_right(width)  # the cursor bar spans the pane
-            text.stylize(ROW_CURSOR_STYLE if self.has_focus else _UNFOCUSED_CURSOR)
-        return Strip(list(text.render(self.app.console))).crop_extend(0, width, base)
+            text.stylize(cursor)
+        strip = Strip(list(text.render(self.app.console))).crop_extend(0, width, base)
+        self._lines[key] = (node, strip)
+        return strip
+
+    def _marks(self, node: NodeId) -> RowMarks:
+        assert self.view is not None
+        return RowMarks(
+            expandable=bool(self.view.children.get(node)),
+            expanded=node in self.expanded,
+            on_path=node in self._on_path,
+            match=node in self._matches,
+            violation=node in self.view.violating_nodes,
+        )
 
     def on_focus(self) -> None:
-        self.refresh()
+        self.refresh_line(self.cursor)
 
     def on_blur(self) -> None:
-        self.refresh()
-
+        self.refresh_line(self.cursor)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from textual.message import Message
-from textual.widgets import DataTable
 
+from .row_table import RowTable
 from .violations import ViolationRow
 
-COLUMNS = ("step", "check", "node", "slot", "rid", "reason")
 
+class ViolationsTable(RowTable):
+    """Violations oldest first, those at the shown frame marked ▶; posts `Jump` on enter."""
 
-class ViolationsTable(DataTable[str]):
-    """Violations oldest first; posts `Jump` on enter."""
+    COLUMNS = ("step", "check", "node", "slot", "rid", "reason")
 
     class Jump(Message):
         """Show the violation's step and select what it involves."""
@@ -21,33 +21,28 @@ class ViolationsTable(DataTable[str]):
             self.violation = violation
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self._rows: list[ViolationRow] = []
-
-    def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        super().__init__(id=id)
+        self._violations: list[ViolationRow] = []
 
     def show(self, violations: list[ViolationRow], current_frame: int) -> None:
-        """Refill when the list grew; rows at the shown frame are marked."""
-        if violations == self._rows and self.row_count:
-            return
-        cursor = self.cursor_row
-        self._rows = violations
-        self.clear()
-        for number, v in enumerate(violations):
-            here = "▶" if v.frame == current_frame else " "
-            self.add_row(
-                f"{here}{v.step}",
-                v.check,
-                f"#{v.node}" if v.node >= 0 else "",
-                str(v.slot) if v.slot >= 0 else "",
-                v.rid,
-                v.reason,
-                key=str(number),
-            )
-        if self.row_count:
-            self.move_cursor(row=min(cursor, self.row_count - 1))
+        self._violations = violations
+        self.set_rows(
+            [
+                (
+                    str(number),
+                    (
+                        f"{'▶' if v.frame == current_frame else ' '}{v.step}",
+                        v.check,
+                        f"#{v.node}" if v.node >= 0 else "",
+                        str(v.slot) if v.slot >= 0 else "",
+                        v.rid,
+                        v.reason,
+                    ),
+                )
+                for number, v in enumerate(violations)
+            ]
+        )
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_row_table_row_selected(self, event: RowTable.RowSelected) -> None:
         event.stop()
-        self.post_message(self.Jump(self._rows[event.cursor_row]))
+        self.post_message(self.Jump(self._violations[event.index]))

@@ -3,8 +3,10 @@
 Builds a synthetic state through the schema (5,000 conversations of 20 turns under one root,
 one tree-owned slot every third node, 10k slots with working and ping-pong owners), runs the
 real app headless and prints:
-  time to first paint, per-keypress latency (tree moves, expand, tab switches, step back), and
-  per-update time while following a live source (a new frame with a few changed nodes and slots).
+  time to first paint, the page index build (once, on a worker thread after the first paint),
+  per-keypress latency (tree moves, expand, first show of each tab, tab switches, table moves,
+  step back), and per-update time while following a live source (a new frame with a few
+  changed nodes and slots).
 Not a timed test: numbers depend on the machine. Run:
   PYTHONPATH=... .venv/bin/python tests/bench/bench_tui.py
 """
@@ -31,6 +33,7 @@ from mcinspect.schema import (
     pack_tokens,
 )
 from mcinspect.tui import InspectorApp, StaticSource
+from mcinspect.tui.model import StepView
 from mcinspect.tui.source import NodeChanges
 from mcinspect.tui.static_source import StaticFrame
 
@@ -156,6 +159,9 @@ async def main() -> None:
         state, change = next_state(states[-1], rng)
         states.append(state)
         changes.append(change)
+    began = time.perf_counter()
+    StepView(0, states[0], []).tree_pages
+    print(f"{'page index: build (worker, once)':<34} {(time.perf_counter() - began) * 1000:7.1f} ms")
     source = GrowingSource(states=states, changes=changes, name="bench")
     app = InspectorApp(source, checker=None)
 
@@ -165,6 +171,7 @@ async def main() -> None:
             await pilot.pause()
         await pilot.pause()
         print(f"{'time to first paint':<34} {(time.perf_counter() - began) * 1000:7.1f} ms")
+        await pilot.pause(0.2)  # a person's reaction time: the page index warms up meanwhile
         await app.workers.wait_for_complete()
 
         app.action_pause()  # hold the frame while measuring keys
@@ -180,6 +187,11 @@ async def main() -> None:
         report("page map (tab 2): first show", await press_timed(pilot, "2", 1))
         report("page map: move", await press_timed(pilot, "down", 20))
         report("requests (tab 3): first show", await press_timed(pilot, "3", 1))
+        report("requests: move", await press_timed(pilot, "down", 20))
+        switches = []
+        for _ in range(5):
+            switches += await press_timed(pilot, "1", 1) + await press_timed(pilot, "3", 1)
+        report("tab switch (1 <-> 3, shown before)", switches)
         await pilot.press("1")
         report("step back (whole UI)", await press_timed(pilot, "left_square_bracket", 3))
 

@@ -1,4 +1,4 @@
-"""Make tests/tui's helpers (`data`, `snapshot_apps`) importable: pytest runs in importlib mode."""
+"""Make tests/tui's helpers (`facts`, `helpers`, `snapshot_apps`) importable: pytest runs in importlib mode."""
 
 from __future__ import annotations
 

@@ -1,17 +1,20 @@
-"""The pure parts: slot and page classification, tree rows, search, ledger, key tables."""
+"""The pure parts: slot and page classification, page index, tree rows, search, ledger, key tables."""
 
 from __future__ import annotations
 
 import random
 import re
 
-from data import demo_states
+import msgspec
+from facts import first_double_claim, states
+from snapshot_apps.replay_app import load
 
 from mcinspect.schema import CacheState, KvState, NodeId, NodeRecord, SlotClaim, SlotId, Step, pack_tokens
 from mcinspect.tui.app import InspectorApp
 from mcinspect.tui.ledger import Ledger
 from mcinspect.tui.model import PageOwner, SlotOwner, StepView, runs_after, slot_owner
-from mcinspect.tui.static_source import StaticFrame
+from mcinspect.tui.page_index import TreePages
+from mcinspect.tui.source import NodeChanges
 from mcinspect.tui.tree_index import ROOT_PARENT, build_children, patch_children
 from mcinspect.tui.tree_rows import CHILD_PAGE, build_rows, limit_to_show
 
@@ -85,7 +88,8 @@ def test_a_deep_chain_needs_no_recursion() -> None:
 
 
 def test_patched_index_equals_a_fresh_build() -> None:
-    """Splits (a node re-parented under a new one), inserts and leaf removals, patched."""
+    """Splits (a node re-parented under a new one), inserts and leaf removals, patched forward
+    and back."""
     rng = random.Random(0)
     nodes = {NodeId(i): _node(i, (i - 1) // 3 if i else -1) for i in range(200)}
     index = build_children(nodes)
@@ -107,25 +111,80 @@ def test_patched_index_equals_a_fresh_build() -> None:
             next_id += 1
         patched = patch_children(nodes, index, new)
         assert patched == build_children(new)
+        forward = NodeChanges(tuple(k for k in new if nodes.get(k) is not new[k]), tuple(k for k in nodes if k not in new))
+        assert patch_children(new, patched, nodes, forward.reversed()) == index  # a step back
         nodes, index = new, patched
 
 
 def test_ledger_records_slot_history_and_checks_in_order() -> None:
     seen: list[int] = []
 
-    def checker(previous, state, frame):
+    def checker(previous, state, frame):  # type: ignore[no-untyped-def]
         seen.append(frame.index)
         return []
 
+    source, fault = load("fault"), states("fault")
     ledger = Ledger(checker)
-    for index, state in enumerate(demo_states()):
-        ledger.ingest(StaticFrame(index=index, seq=index + 1, step=state.step, received_at=0.0), state)
-    assert seen == [0, 1, 2, 3] and ledger.next_frame == 4
-    history = ledger.slot_history(SlotId(14), up_to_frame=3)
-    assert [(c.step, [k.kind for k in c.claims]) for c in history] == [
-        (40, ["ping_pong"]), (41, ["ping_pong"]), (42, ["ping_pong"]), (43, ["tree", "ping_pong"]),
-    ]  # fmt: skip
-    assert [c.step for c in ledger.slot_history(SlotId(17), up_to_frame=0)] == [40]
+    for frame in source.frames():
+        ledger.ingest(frame, source.state_at(frame.index))
+    assert seen == list(range(len(fault))) and ledger.next_frame == len(fault)
+    claimed, slot = first_double_claim()
+    expected = [(fault[0].step, list(fault[0].slots[slot]))] + [
+        (state.step, list(state.slots[slot]))
+        for before, state in zip(fault[:claimed], fault[1 : claimed + 1])
+        if state.slots[slot] != before.slots[slot] or state.contents.get(slot) != before.contents.get(slot)
+    ]
+    history = ledger.slot_history(slot, up_to_frame=claimed)
+    assert [(change.step, list(change.claims)) for change in history] == expected
+    assert len(history[-1].claims) == 2 and ledger.slot_history(slot, up_to_frame=0) == history[:1]
+
+
+def _pages_node(node_id: int, runs: list[tuple[int, int]], evicted: bool = False) -> NodeRecord:
+    return msgspec.structs.replace(_node(node_id, -1, runs=runs), kv_evicted=evicted)
+
+
+def test_patched_tree_pages_equal_a_fresh_build() -> None:
+    """Runs replaced, evicted, removed and added, pages shared by two nodes (a bug the map must
+    keep showing while either node holds it): patched, with and without the frame's changes."""
+    rng = random.Random(2)
+    page_count, page_size = 40, 4
+
+    def runs() -> list[tuple[int, int]]:
+        return [(rng.randrange(-8, page_count * page_size), rng.randrange(0, 30)) for _ in range(rng.randrange(1, 3))]
+
+    nodes = {NodeId(i): _pages_node(i, runs()) for i in range(30)}
+    pages = TreePages.build(nodes, page_count, page_size, PageOwner.TREE)
+    assert pages.extra  # random runs overlap: some pages are shared
+    next_id = 30
+    for round_ in range(60):
+        new = dict(nodes)
+        for _ in range(4):
+            op, victim = rng.randrange(4), rng.choice(list(new))
+            if op == 0:
+                new[victim] = _pages_node(victim, runs())
+            elif op == 1:
+                new[victim] = _pages_node(victim, new[victim].kv_runs, evicted=not new[victim].kv_evicted)
+            elif op == 2 and len(new) > 5:
+                del new[victim]
+            else:
+                new[NodeId(next_id)] = _pages_node(next_id, runs())
+                next_id += 1
+        fresh = TreePages.build(new, page_count, page_size, PageOwner.TREE)
+        changes = NodeChanges(tuple(k for k in new if nodes.get(k) is not new[k]), tuple(k for k in nodes if k not in new))
+        for patched in (pages.patched(nodes, new, None), pages.patched(nodes, new, changes)):
+            assert (patched.flags, patched.extra) == (fresh.flags, fresh.extra), round_
+        nodes, pages = new, pages.patched(nodes, new, changes)
+
+
+def test_page_owners_patch_through_views_that_never_showed_pages() -> None:
+    fault = states("fault")
+    first = StepView(0, fault[0], [])
+    assert first.page_owners
+    view = first
+    for frame in range(1, len(fault)):
+        view = StepView(frame, fault[frame], [], previous=view)
+        if frame % 30 == 0:  # the page map shown now and then: patched from the last build
+            assert view.page_owners == StepView(frame, fault[frame], []).page_owners
 
 
 def test_app_docstring_table_lists_every_binding() -> None:
@@ -140,3 +199,16 @@ def test_app_docstring_table_lists_every_binding() -> None:
     for binding in InspectorApp.BINDINGS:
         key = names.get(binding.key, binding.key)
         assert key.isdigit() or any(key in part.split(" / ") for part in shown), f"{binding.key} is not in the docstring table"
+
+
+def test_a_step_back_patches_with_the_later_frames_changes_reversed() -> None:
+    """Inserts, splits and evictions of the real engine, undone one frame at a time."""
+    source, fault = load("fault"), states("fault")
+    for index in range(len(fault) - 1, 0, -1):
+        later = StepView(index, fault[index], [])
+        assert later.children and later.page_owners
+        forward = source.node_changes(index)
+        assert forward is not None
+        earlier = StepView(index - 1, fault[index - 1], [], previous=later, changes=forward.reversed())
+        assert earlier.children == build_children(fault[index - 1].nodes)
+        assert earlier.page_owners == StepView(index - 1, fault[index - 1], []).page_owners

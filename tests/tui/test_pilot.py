@@ -1,209 +1,266 @@
-"""Behaviour through the keyboard: navigation, time travel, jumps, search, exports."""
+"""Behaviour through the keyboard on the fault recording (tests/tui/recordings/fault.mcrec):
+navigation, time travel, jumps, search, exports. What the panels must show is read from the
+recording's states here, independently of the panels."""
 
 from __future__ import annotations
 
 import msgspec
-from data import demo_events, demo_info, demo_states
+from facts import ancestors, first_double_claim, pages, states
 from helpers import run_async, settle
-from snapshot_apps.demo_app import make_demo_app
+from snapshot_apps.replay_app import load, make_app
 
-from mcinspect.schema import Snapshot
-from mcinspect.tui import InspectorApp, StaticSource, checks_checker
+from mcinspect.schema import InsertEvent, Rid, Snapshot, SlotId
+from mcinspect.tui import InspectorApp
 from mcinspect.tui.app import Selection
 from mcinspect.tui.grids import PageMap, SlotMap
-from mcinspect.tui.model import SlotOwner
+from mcinspect.tui.model import SlotOwner, slot_owner
 from mcinspect.tui.palette import SLOT_STYLES, VIOLATION_STYLE
+from mcinspect.tui.requests_table import RequestsTable
 from mcinspect.tui.screens import HelpScreen
 from mcinspect.tui.tree_view import RadixTreeView
 
 SIZE = (120, 36)
+FAULT = load("fault")
+STATES = states("fault")
+NEWEST = len(STATES) - 1
+MID_RUN = 45
+"""A step with four running requests and a tree of nine nodes."""
 
 
-def slot_colour(app, slot: int):
+def slot_colour(app: InspectorApp, slot: SlotId):  # type: ignore[no-untyped-def]
     slot_map = app.query_one(SlotMap)
     return slot_map.cell(slot_map.view.slot_ids.index(slot))[1]
 
 
-@run_async
-async def test_opens_on_the_newest_step_with_its_violation() -> None:
-    app = make_demo_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        assert app.view is not None and app.view.state.step == 43
-        assert [v.slot for v in app.ledger.violations()] == [14]
-        assert app.view.slot_owners[14] is SlotOwner.MULTIPLE
+async def go_to_step(pilot, step: int) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("g", *str(step), "enter")
+    await settle(pilot)
 
 
 @run_async
-async def test_mcinspect_checks_find_the_doubly_owned_slot() -> None:
-    """The real checks (not the tests' stand-in) over the demo data, off the UI thread."""
-    source = StaticSource(states=demo_states(), events=demo_events(), info=demo_info())
-    app = InspectorApp(source, checker=checks_checker(source.engine))
+async def test_opens_on_the_newest_step_with_every_slot_of_the_pool() -> None:
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        found = {(v.step, v.check, v.slot) for v in app.ledger.violations()}
-        assert (43, "slot-partition", 14) in found
-        assert {v.step for v in app.ledger.violations()} == {43}
+        assert app.view.frame == NEWEST and app.view.state.step == STATES[-1].step and app.following
+        slot_map = app.query_one(SlotMap)
+        assert slot_map.count == FAULT.engine().mamba_pool_size
+        assert [slot_map.slot_at(i) for i in range(slot_map.count)] == sorted(STATES[-1].slots)
+        for slot, claims in STATES[-1].slots.items():  # each cell has its owner's colour
+            assert slot_colour(app, slot) == SLOT_STYLES[slot_owner(claims)]
+        held = sum(any(claim.kind != "free" for claim in claims) for claims in STATES[-1].slots.values())
+        grey = sum(slot_colour(app, slot) == SLOT_STYLES[SlotOwner.FREE] for slot in STATES[-1].slots)
+        assert held > 0 and grey == slot_map.count - held
+
+
+@run_async
+async def test_mcinspect_checks_find_the_slot_claimed_twice() -> None:
+    """The real checks, off the UI thread, report the first double claim at its frame."""
+    frame, slot = first_double_claim()
+    app = make_app(real_checks=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        violations = app.ledger.violations()
+        assert min(v.frame for v in violations) == frame
+        assert any(v.frame == frame and v.check == "slot-partition" and slot in v.violation.slots for v in violations)
 
 
 @run_async
 async def test_a_failing_checker_is_reported_not_fatal() -> None:
-    def broken(previous, state, frame):
+    def broken(previous, state, frame):  # type: ignore[no-untyped-def]
         raise RuntimeError("boom")
 
-    source = StaticSource(states=demo_states(), events=demo_events(), info=demo_info())
-    app = InspectorApp(source, checker=broken)
+    app = InspectorApp(load("fault"), checker=broken)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
-        assert app.is_running and app.view.state.step == 43
+        assert app.is_running and app.view.frame == NEWEST
         assert any("boom" in str(n.message) for n in app._notifications)
 
 
 @run_async
-async def test_tree_navigation_selects_and_expands() -> None:
-    app = make_demo_app()
+async def test_tree_navigation_selects_collapses_and_expands() -> None:
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        state = STATES[-1]
+        (root,) = (node.id for node in state.nodes.values() if node.parent not in state.nodes)
+        first = min(node.id for node in state.nodes.values() if node.parent == root)
+        below = sum(node.parent == first for node in state.nodes.values())
+        assert below > 0
         tree = app.query_one(RadixTreeView)
         tree.focus()
-        await pilot.press("down", "down")
-        assert tree.cursor_node == 2
-        assert app.selection == Selection("node", 2)
+        await pilot.press("down")
+        assert tree.cursor_node == first and app.selection == Selection("node", first)
         rows = tree.row_count
-        await pilot.press("right")
-        assert 2 in tree.expanded and tree.row_count == rows + 1
+        assert first in tree.expanded  # the first level opens with the tree
         await pilot.press("left")
-        assert 2 not in tree.expanded and tree.row_count == rows
-        await pilot.press("left")  # on a collapsed node: go to the parent
-        assert tree.cursor_node == 1
+        assert first not in tree.expanded and tree.row_count == rows - below
+        await pilot.press("right")
+        assert first in tree.expanded and tree.row_count == rows
+        await pilot.press("left", "left")  # collapse, then from a collapsed node to its parent
+        assert tree.cursor_node == root
 
 
 @run_async
-async def test_step_back_changes_the_step_and_the_slot_map() -> None:
-    app = make_demo_app()
+async def test_time_travel_moves_every_panel_to_the_frame() -> None:
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        assert slot_colour(app, 14) == VIOLATION_STYLE  # the doubly owned slot
+        before, newest = STATES[-2], STATES[-1]
+        moved = next(s for s, claims in before.slots.items() if slot_owner(claims) != slot_owner(newest.slots[s]))
+        assert slot_colour(app, moved) == SLOT_STYLES[slot_owner(newest.slots[moved])]
         await pilot.press("left_square_bracket")
-        assert app.view.state.step == 42 and not app.following
-        assert slot_colour(app, 14) == SLOT_STYLES[SlotOwner.PING_PONG_1]
-        await pilot.press("left_square_bracket")
-        assert app.view.state.step == 41
-        assert slot_colour(app, 9) == SLOT_STYLES[SlotOwner.COW_SOURCE]  # r-b1 copies from node #5's slot
-        await pilot.press("left_square_bracket")
-        assert slot_colour(app, 15) == SLOT_STYLES[SlotOwner.FREE]  # r-b1 not admitted yet
-        await pilot.press("right_square_bracket")
-        assert app.view.state.step == 41
+        assert app.view.frame == NEWEST - 1 and app.view.state.step == before.step and not app.following
+        assert slot_colour(app, moved) == SLOT_STYLES[slot_owner(before.slots[moved])]
+        assert app.query_one(RadixTreeView).row_count > 0
         await pilot.press("left_curly_bracket")
-        assert app.view.state.step == 40  # clamped to the oldest frame
+        assert app.view.frame == NEWEST - 11
+        await pilot.press("right_square_bracket")
+        assert app.view.frame == NEWEST - 10
+        await go_to_step(pilot, 0)
+        await pilot.press("left_square_bracket")
+        assert app.view.frame == 0  # clamped to the oldest frame
         await pilot.press("G")
-        assert app.view.state.step == 43 and app.following
+        assert app.view.frame == NEWEST and app.following
 
 
 @run_async
 async def test_go_to_step() -> None:
-    app = make_demo_app()
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("g", "4", "1", "enter")
-        await settle(pilot)
-        assert app.view.state.step == 41
+        await go_to_step(pilot, MID_RUN)
+        assert app.view.state.step == MID_RUN and app.view.state == STATES[MID_RUN]
 
 
 @run_async
-async def test_next_violation_jumps_to_step_node_and_slot() -> None:
-    app = make_demo_app()
+async def test_next_violation_jumps_to_its_step_node_and_slot() -> None:
+    frame, slot = first_double_claim()
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("left_square_bracket", "left_square_bracket", "v")
+        first, second = app.ledger.violations()[:2]
+        assert (first.frame, first.slot) == (frame, slot)
+        await go_to_step(pilot, 0)
+        await pilot.press("v")
         await settle(pilot)
-        assert app.view.state.step == 43
-        assert app.selection == Selection("slot", 14)
-        assert app.query_one(RadixTreeView).cursor_node == 8
+        assert app.view.frame == frame and app.selection == Selection("slot", slot)
+        assert app.query_one(RadixTreeView).cursor_node == first.node
         slot_map = app.query_one(SlotMap)
-        assert slot_map.has_focus and slot_map.slot_at(slot_map.cursor) == 14
+        assert slot_map.has_focus and slot_map.slot_at(slot_map.cursor) == slot
+        assert slot_colour(app, slot) == VIOLATION_STYLE
+        await pilot.press("v")
+        await settle(pilot)
+        assert app.view.frame == second.frame and app.selection == Selection("slot", second.slot)
 
 
 @run_async
 async def test_enter_on_a_violation_jumps() -> None:
-    app = make_demo_app()
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("left_square_bracket", "5", "enter")
+        second = app.ledger.violations()[1]
+        await pilot.press("5", "down", "enter")
         await settle(pilot)
-        assert app.view.state.step == 43
-        assert app.selection == Selection("slot", 14)
+        assert app.view.frame == second.frame and app.selection == Selection("slot", second.slot)
 
 
 @run_async
 async def test_search_by_token_ids_reveals_the_node() -> None:
-    app = make_demo_app()
+    state = STATES[-1]
+    deepest = max(state.nodes.values(), key=lambda node: (node.depth, node.id))
+    query = deepest.token_ids[:3]
+    holders = sorted(n.id for n in state.nodes.values() if any(n.token_ids[i : i + 3] == query for i in range(len(n.token_ids))))
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash", *"7777", "enter")
+        await pilot.press("slash", *" ".join(map(str, query)), "enter")
         await settle(pilot)
         tree = app.query_one(RadixTreeView)
-        assert tree.cursor_node == 8 and 4 in tree.expanded
+        assert tree.cursor_node == holders[0]
+        assert set(ancestors(state, holders[0])[1:]) <= tree.expanded
 
 
 @run_async
 async def test_selecting_a_request_marks_its_path_and_pages() -> None:
-    app = make_demo_app()
+    state = STATES[MID_RUN]
+    rid = sorted(state.requests)[1]
+    request = state.requests[rid]
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await go_to_step(pilot, MID_RUN)
         await pilot.press("3", "down")
-        assert app.selection == Selection("request", "r-b1")
-        assert app.query_one(RadixTreeView)._on_path == {0, 5}
+        assert app.selection == Selection("request", rid)
+        assert app.query_one(RadixTreeView)._on_path == set(ancestors(state, request.last_node))
         await pilot.press("2")
         page_map = app.query_one(PageMap)
         highlighted = [i for i in range(page_map.count) if page_map.cell(i)[0] == "▪"]
-        assert highlighted == [21, 22, 23, 30, 31, 32]  # node #5's three pages, then its own three
+        assert highlighted == pages(request.kv_runs, state.kv.page_size)
+
+
+@run_async
+async def test_the_request_cursor_stays_on_its_rid_across_steps() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await go_to_step(pilot, MID_RUN)
+        await pilot.press("3", "down", "down")
+        table = app.query_one(RequestsTable)
+        rid = table.selected_rid
+        assert rid == sorted(STATES[MID_RUN].requests)[2] and table.row_count == len(STATES[MID_RUN].requests)
+        await pilot.press("right_square_bracket")
+        assert rid in STATES[MID_RUN + 1].requests and table.selected_rid == rid
 
 
 @run_async
 async def test_enter_on_a_page_lists_its_holders() -> None:
-    app = make_demo_app()
+    state = STATES[MID_RUN]
+    node = next(n for n in sorted(state.nodes.values(), key=lambda n: n.id) if n.kv_runs and not n.kv_evicted)
+    page = node.kv_runs[0][0] // state.kv.page_size
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await go_to_step(pilot, MID_RUN)
         await pilot.press("2")
-        app.query_one(PageMap).move_to(21)
+        app.query_one(PageMap).move_to(page)
         await pilot.press("enter")
-        assert app.selection == Selection("page", 21, full=True)
-        detail = str(app.query_one("#detail").render())
-        assert "#5" in detail and "r-b1" in detail
+        assert app.selection == Selection("page", page, full=True)
+        assert f"#{node.id}" in str(app.query_one("#detail").render())
 
 
 @run_async
 async def test_event_filter() -> None:
-    app = make_demo_app()
+    inserts = sum(isinstance(event, InsertEvent) for frame in FAULT.frames() for event in frame.events)
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("4")
         app.query_one("#event-filter").focus()
         await pilot.press(*"insert")
         lines = app.query_one("#event-lines").lines
-        assert len(lines) == 1 and "insert" in lines[0] and "slot=14" in lines[0]
+        assert inserts > 0 and len(lines) == inserts and all(" insert " in line for line in lines)
 
 
 @run_async
-async def test_exports(tmp_path) -> None:
-    app = make_demo_app(export_dir=tmp_path)
+async def test_exports(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    step = STATES[-1].step
+    app = make_app(export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("e", "s", "r")
         await settle(pilot)
         messages = [str(n.message) for n in app._notifications]
-    tree_svg = tmp_path / "mcinspect-tree-step43-20260101T000000Z.svg"
+    tree_svg = tmp_path / f"mcinspect-tree-step{step}-20260101T000000Z.svg"
     assert tree_svg.exists() or any("dot" in m.lower() or "graphviz" in m.lower() for m in messages), messages
-    json_file = tmp_path / "mcinspect-step43-20260101T000000Z.json"
-    snapshot = msgspec.json.decode(json_file.read_bytes(), type=Snapshot)
-    assert snapshot.state.step == 43 and len(snapshot.state.nodes) == 9
-    assert (tmp_path / "mcinspect-step43-20260101T000000Z.svg").read_text().startswith("<svg")
+    snapshot = msgspec.json.decode((tmp_path / f"mcinspect-step{step}-20260101T000000Z.json").read_bytes(), type=Snapshot)
+    assert snapshot.state == STATES[-1]
+    assert (tmp_path / f"mcinspect-step{step}-20260101T000000Z.svg").read_text().startswith("<svg")
 
 
 @run_async
 async def test_help_and_command_palette() -> None:
-    app = make_demo_app()
+    app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("question_mark")
@@ -213,4 +270,30 @@ async def test_help_and_command_palette() -> None:
         assert type(app.screen).__name__ == "CommandPalette"
         await pilot.press(*"step back", "enter")
         await settle(pilot)
-        assert app.view.state.step == 42
+        assert app.view.frame == NEWEST - 1
+
+
+@run_async
+async def test_moving_between_panels_keeps_the_footer() -> None:
+    """The footer's keys are the same in every panel: moving the focus must not rebuild them."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        keys = list(app.query("FooterKey"))
+        assert [key.key for key in keys][:2] == ["p", "left_square_bracket"]
+        for press in ("1", "t", "3", "5", "t"):
+            await pilot.press(press)
+            await settle(pilot)
+        assert list(app.query("FooterKey")) == keys
+        await pilot.press("question_mark")
+        await pilot.press("escape")
+        await settle(pilot)
+        assert [key.key for key in app.query("FooterKey")] == [key.key for key in keys]
+
+
+def test_recording_holds_what_these_tests_need() -> None:
+    """A regenerated recording must still have a step per frame, a mid-run step and requests to select."""
+    assert [frame.step for frame in FAULT.frames()] == list(range(len(STATES)))
+    assert len(STATES[MID_RUN].requests) >= 3 and len(STATES[MID_RUN].nodes) > 3
+    assert len(STATES[-1].nodes) > len(STATES[MID_RUN].nodes)
+    assert Rid(sorted(STATES[MID_RUN].requests)[2]) in STATES[MID_RUN + 1].requests

@@ -1,4 +1,5 @@
-"""SVG snapshots of the main screens at two terminal sizes (clock and data pinned).
+"""SVG snapshots of the main screens at two terminal sizes, replaying recordings of the real CPU
+engine (tests/tui/recordings/, committed; the clock pinned, a fixed stand-in checker).
 
 Update after an intended change with `pytest tests/tui --snapshot-update` and look at the SVGs.
 """
@@ -7,14 +8,18 @@ from __future__ import annotations
 
 import pytest
 from helpers import settle_then
-from snapshot_apps.demo_app import make_demo_app, make_disconnected_app
+from snapshot_apps.replay_app import make_app, make_disconnected_app
 
 SIZES = [pytest.param((100, 30), id="100x30"), pytest.param((160, 45), id="160x45")]
 
+MID_RUN = ("g", "4", "5", "enter")
+"""Step 45 of the fault recording: 9 nodes, 4 running requests, 6 slots claimed twice."""
+
 SCREENS = {
-    "main": (),
-    "pages_of_request": ("3", "down", "2"),
-    "requests": ("3",),
+    "main": (),  # the newest step: the engine idle, 18 nodes
+    "mid_run": MID_RUN,
+    "requests": (*MID_RUN, "3"),
+    "pages_of_request": (*MID_RUN, "3", "down", "2"),
     "events": ("4",),
     "violations": ("5",),
     "jump_to_violation": ("5", "enter"),
@@ -25,8 +30,14 @@ SCREENS = {
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("screen", list(SCREENS))
-def test_screen(snap_compare, screen: str, size: tuple[int, int]) -> None:
-    assert snap_compare(make_demo_app(), terminal_size=size, run_before=settle_then(*SCREENS[screen]))
+def test_fault_recording(snap_compare, screen: str, size: tuple[int, int]) -> None:
+    assert snap_compare(make_app("fault"), terminal_size=size, run_before=settle_then(*SCREENS[screen]))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_clean_recording_mid_run(snap_compare, size: tuple[int, int]) -> None:
+    """Step 48 of the clean run: working, ping-pong and tree slots, no violation."""
+    assert snap_compare(make_app("clean"), terminal_size=size, run_before=settle_then("g", "4", "8", "enter"))
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -1,16 +1,21 @@
-"""SessionSource: connects off the UI thread, retries, and translates the Session's state."""
+"""The sources: SessionSource connects off the UI thread, retries and translates the Session's
+state; ReplaySource rebuilds a recording's frames from keyframes and deltas."""
 
 from __future__ import annotations
 
 import threading
 
-from data import demo_info, demo_states
+from snapshot_apps.replay_app import RECORDINGS, load
 
 from mcinspect.client import EngineUnreachable
-from mcinspect.schema import Counters
+from mcinspect.recording import RecordingReader
+from mcinspect.schema import Counters, Delta, Snapshot, apply_delta, copy_state
+from mcinspect.tui import load_recording, replay_source
 from mcinspect.tui.session_source import SessionSource
-from mcinspect.tui.source import FrameGone
+from mcinspect.tui.source import FrameGone, NodeChanges
 from mcinspect.tui.static_source import StaticFrame
+
+FAULT = load("fault")
 
 
 class FakeSession:
@@ -27,7 +32,7 @@ class FakeSession:
         FakeSession.attempts += 1
         if FakeSession.attempts == 1:
             raise EngineUnreachable("no answer from 127.0.0.1:1 within 5 s")
-        self.info = demo_info()
+        self.info = FAULT.engine()
         return self.info
 
     def start_reader(self, on_update) -> None:
@@ -41,7 +46,7 @@ class FakeSession:
 
         if index != 7:
             raise FrameEvicted(index)
-        return demo_states()[0]
+        return FAULT.state_at(0)
 
     def counters(self):
         class C:
@@ -65,9 +70,9 @@ def test_connects_after_a_failed_attempt_and_reports_health() -> None:
     assert FakeSession.attempts == 2 and notified.is_set()
     health = source.health()
     assert (health.status, health.dropped, health.gaps, health.resyncs) == ("connected", 5, 2, 1)
-    assert source.engine() == demo_info()
+    assert source.engine() == FAULT.engine()
     assert [f.index for f in source.frames()] == [7]
-    assert source.state_at(7).step == 40
+    assert source.state_at(7) == FAULT.state_at(0)
     try:
         source.state_at(3)
     except FrameGone:
@@ -75,3 +80,23 @@ def test_connects_after_a_failed_attempt_and_reports_health() -> None:
     else:
         raise AssertionError("an evicted frame must raise FrameGone")
     source.close()
+
+
+def test_a_recording_replays_with_its_events_and_deltas(monkeypatch) -> None:
+    """Every frame rebuilt from the keyframe before it equals the recording applied in order."""
+    monkeypatch.setattr(replay_source, "KEYFRAME_EVERY", 7)
+    path = RECORDINGS / "fault.mcrec"
+    frames = list(RecordingReader(path))
+    source = load_recording(str(path))
+    assert isinstance(frames[0], Snapshot) and all(isinstance(frame, Delta) for frame in frames[1:])
+    assert [f.resync for f in source.frames()] == [True] + [False] * (len(frames) - 1)
+    state = copy_state(frames[0].state)
+    for index, frame in enumerate(frames):
+        if isinstance(frame, Delta):
+            apply_delta(state, frame)
+            assert source.frames()[index].events == tuple(frame.events)
+            assert source.node_changes(index) == NodeChanges.of(frame)
+        assert source.frames()[index].step == state.step
+        assert source.state_at(index) == state
+    assert source.node_changes(0) is None and source.name == "fault.mcrec"
+    assert source.engine() == RecordingReader(path).info
