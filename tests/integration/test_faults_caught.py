@@ -69,9 +69,9 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, t
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["fault"] == fault and a["step"] is not None for a in actions)
     first = min(a["step"] for a in actions)
-    expected = spec.expected_checks[0]
-    caught = sorted((v for v in violations if v["check"] == expected), key=lambda v: v["step"])
-    assert caught, f"{fault}: expected {expected}, got {sorted({v['check'] for v in violations})}"
+    # the first of the checks meant for it (state-depth cannot see no_buffer's states: T2 does)
+    caught = sorted((v for v in violations if v["check"] in spec.expected_checks), key=lambda v: v["step"])
+    assert caught, f"{fault}: expected {spec.expected_checks}, got {sorted({v['check'] for v in violations})}"
     detection = caught[0]
     assert 0 <= detection["step"] - first <= DETECTION_STEPS, f"{fault}: first action at step {first}, caught at {detection}"
     touched = {
