@@ -8,6 +8,10 @@ from dataclasses import dataclass
 PORT_ENV = "MCINSPECT_PORT"
 HOST_ENV = "MCINSPECT_HOST"
 TOKEN_ENV = "MCINSPECT_TOKEN"
+CAPTURE_ENV = "MCINSPECT_CAPTURE"
+CAPTURE_MODES = ("on-demand", "every-step")
+"""on-demand: capture at a step boundary only while a client is subscribed to the stream (or a
+snapshot is asked for); every-step: always (what --self-check and --verify default to)."""
 LOOPBACK = "127.0.0.1"
 PORTS_PER_PROCESS = 2
 """Each scheduler process binds a request port and, next to it, a stream port."""
@@ -24,6 +28,8 @@ class HooksConfig:
     base_port: int
     host: str = LOOPBACK
     token: str = ""
+    capture: str = ""
+    """One of CAPTURE_MODES, or "" for the default (see Inspector)."""
 
     @classmethod
     def from_env(cls) -> HooksConfig | None:
@@ -39,7 +45,10 @@ class HooksConfig:
         token = os.environ.get(TOKEN_ENV, "")
         if host not in (LOOPBACK, "localhost", "::1") and not token:
             raise ConfigError(f"{HOST_ENV}={host} binds beyond loopback; set {TOKEN_ENV} as well")
-        return cls(base_port=port, host=host, token=token)
+        capture = os.environ.get(CAPTURE_ENV, "")
+        if capture and capture not in CAPTURE_MODES:
+            raise ConfigError(f"{CAPTURE_ENV}={capture!r}: choose one of {', '.join(CAPTURE_MODES)}")
+        return cls(base_port=port, host=host, token=token, capture=capture)
 
     def request_port(self, *, tp_rank: int, tp_size: int, pp_rank: int, pp_size: int, dp_rank: int) -> int:
         """base + 2 * (global rank); global rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank."""

@@ -162,10 +162,22 @@ class EventSink:
 
     def drain(self, step: Step) -> list[Event]:
         """The events since the last drain, stamped with `step` (one device copy for all)."""
+        return self._convert(self._take(), step)
+
+    def drain_evictions(self, step: Step) -> list[EvictEvent]:
+        """Only the EvictEvents since the last drain; the others are discarded unconverted
+        (a step nobody observes: its stats still count evictions)."""
+        evictions = [(cls, fields) for cls, fields in self._take() if cls is EvictEvent]
+        return self._convert(evictions, step)  # type: ignore[return-value]
+
+    def _take(self) -> list[tuple[type, dict[str, Any]]]:
         # An eviction whose after-hook never ran (it raised) is over by the step boundary.
         self._evict_depth = 0
         self._flush_eviction()
         pending, self._pending = self._pending, []
+        return pending
+
+    def _convert(self, pending: list[tuple[type, dict[str, Any]]], step: Step) -> list[Event]:
         tensors: list[IndexValue] = []
         for _, fields in pending:
             for value in fields.values():

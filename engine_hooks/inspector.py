@@ -4,6 +4,14 @@ The scheduler thread calls `on_step` at each step boundary; it captures what cha
 it and hands it to the publisher's queue (never waits). The request thread serves snapshots
 from the same state under the same lock, so a snapshot's `seq` is exactly the last delta it
 includes.
+
+Capture on demand (the default): while no client is subscribed to the stream, a step boundary
+only counts the step, its stats and its evictions; the hooks keep marking what changes, so the
+next capture (a subscriber arrived, or a snapshot was asked for) is one delta that catches up
+with everything since, at the cost of what changed. That delta's events cover its own step
+only: `Counters.unobserved_steps` tells clients the events before it are gone. A snapshot
+request waits up to SNAPSHOT_WAIT_S for that catch-up; an idle engine catches up in
+`Scheduler.on_idle`. MCINSPECT_CAPTURE=every-step captures every step regardless.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from mcinspect.schema import SCHEMA_VERSION, Counters, EngineInfo, Seq, Snapshot, Stats, Step
+from mcinspect.schema import SCHEMA_VERSION, Counters, EngineInfo, Event, Seq, Snapshot, Stats, Step
 
 from .capture import Capture
 from .config import HooksConfig
@@ -29,6 +37,10 @@ from .stats import StatsCollector
 from .verify import RecomputeVerifier
 
 logger = logging.getLogger("mcinspect.engine_hooks")
+
+SNAPSHOT_WAIT_S = 2.0
+"""How long a snapshot request waits for the scheduler to catch up before serving the last
+capture (still consistent with the stream: the next delta carries what it lacks)."""
 
 
 class Inspector:
@@ -47,11 +59,18 @@ class Inspector:
         self._lock = threading.Lock()
         self._seq = 0
         self._step = 0
+        self._captured_step = 0
+        self._unobserved = 0
+        self._wanted = threading.Event()
+        """A snapshot request waits for a capture."""
+        self._fresh = threading.Condition()
         self.capture = Capture(scheduler, sink)
         self.capture.full_state(Step(0))
         self.contents = ContentCapture(scheduler)
         self.verifier = RecomputeVerifier.from_env(scheduler)  # T2, MCINSPECT_VERIFY_RECOMPUTE=1
         self.self_check = SelfCheck.from_env()
+        checking = self.verifier is not None or self.self_check is not None
+        self.every_step = config.capture == "every-step" or (not config.capture and checking)
         self.stats = StatsCollector(mamba_pool_size=self.capture.size)
         self.publisher = Publisher(config.host, self.port + 1)
         info = engine_info(
@@ -70,12 +89,26 @@ class Inspector:
         self.server.start()
 
     def on_step(self, scheduler: Any, batch: Any) -> None:
-        """After `process_batch_result`: capture, number and publish this step's delta."""
+        """After `process_batch_result`: capture, number and publish this step's delta, or,
+        with nobody watching, only count the step."""
         self._step += 1
         step = Step(self._step)
-        events = self.sink.drain(step)
-        with self._lock:  # snapshots and stats replies read the same state on the request thread
+        if self.every_step or self.publisher.watched or self._wanted.is_set():
+            events = self.sink.drain(step)
             self.stats.on_step(scheduler, events)
+            self._capture(scheduler, batch, step, events)
+        else:
+            self._unobserved += 1
+            self.stats.on_step(scheduler, self.sink.drain_evictions(step))
+
+    def on_idle(self, scheduler: Any) -> None:
+        """After `Scheduler.on_idle` (no batch to run): catch up if someone waits for it."""
+        if self._captured_step < self._step and (self._wanted.is_set() or self.publisher.watched):
+            step = Step(self._step)
+            self._capture(scheduler, None, step, self.sink.drain(step))
+
+    def _capture(self, scheduler: Any, batch: Any, step: Step, events: list[Event]) -> None:
+        with self._lock:  # snapshots and stats replies read the same state on the request thread
             parts = self.capture.step(step, batch)
             owners = self.capture.tree_owners()
             contents, dropped = self.contents.capture(step, owners)
@@ -89,11 +122,16 @@ class Inspector:
             )
             if self.self_check is not None:
                 self.self_check.after_step(self.capture, scheduler, step)
+            self._captured_step = int(step)
         self.publisher.publish(delta)
+        if self._wanted.is_set():
+            self._wanted.clear()
+            with self._fresh:
+                self._fresh.notify_all()
 
     @property
     def step(self) -> int:
-        """The last step boundary captured (0: only the initial full state)."""
+        """The last step boundary seen, captured or not (0: only the initial full state)."""
         return self._step
 
     def counters(self) -> Counters:
@@ -102,10 +140,17 @@ class Inspector:
             dropped=self.publisher.dropped + self.sink.dropped_events,
             hook_errors=self.errors.total,
             rejected_requests=self.server.rejected,
+            unobserved_steps=self._unobserved,
         )
 
     def snapshot(self) -> Snapshot:
-        """A consistent full state (request thread): copies the dicts under the lock, encodes outside."""
+        """A consistent full state (request thread): copies the dicts under the lock, encodes
+        outside. Steps went uncaptured: first asks the scheduler to catch up, and waits a little."""
+        target = self._step
+        if self._captured_step < target:
+            with self._fresh:
+                self._wanted.set()
+                self._fresh.wait_for(lambda: self._captured_step >= target, timeout=SNAPSHOT_WAIT_S)
         with self._lock:
             state = self.capture.state
             state.contents = self.contents.current()

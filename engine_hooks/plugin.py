@@ -7,7 +7,8 @@ error in mcinspect is counted and logged, never raised into the scheduler.
 | sglang 0.5.23 method | hook | what mcinspect does |
 |---|---|---|
 | `managers.scheduler.Scheduler.__init__` | after | build the Inspector: first full capture, bind ports |
-| `managers.scheduler.Scheduler.process_batch_result` | after | step boundary: capture, fingerprint, publish a delta |
+| `managers.scheduler.Scheduler.process_batch_result` | after | step boundary: capture, fingerprint, publish a delta (or, with no client subscribed, count the step) |
+| `managers.scheduler.Scheduler.on_idle` | after | no batch to run: catch up if a client or a snapshot request waits |
 | (the cache, tree core and pool hooks of `events.py`) | before / after | events and dirty marks |
 """
 
@@ -50,6 +51,7 @@ def register() -> None:
         HookRegistry.register(target, hook, kinds[when])
     HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink), HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _after_step, HookType.AFTER)
+    HookRegistry.register(f"{SCHEDULER}.on_idle", _when_idle, HookType.AFTER)
     if os.environ.get(RAISE_IN_HOOK_ENV) == "1":
         HookRegistry.register(f"{SCHEDULER}.process_batch_result", _raise_for_self_test, HookType.AFTER)
 
@@ -73,6 +75,12 @@ def _start(config: HooksConfig, sink: Any) -> Any:
 def _after_step(result: Any, scheduler: Any, batch: Any = None, *args: Any, **kwargs: Any) -> None:
     if inspector is not None:
         inspector.on_step(scheduler, batch)
+
+
+@errors.guard
+def _when_idle(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    if inspector is not None:
+        inspector.on_idle(scheduler)
 
 
 @errors.guard

@@ -1,9 +1,12 @@
-"""The delta stream of one scheduler process: a ZMQ PUB socket fed by a bounded queue.
+"""The delta stream of one scheduler process: a ZMQ XPUB socket fed by a bounded queue.
 
 The scheduler thread only enqueues (`publish`); a daemon thread encodes, sends and keeps a
 bounded ring of recent encoded deltas for `GetHistory`. Nothing here can block the scheduler:
 a full queue drops the delta (counted; clients see the seq gap and recover), and a slow
 subscriber is dropped by ZMQ itself once its send high-water mark is reached.
+
+XPUB (a PUB that hears subscriptions) lets the same thread tell the scheduler whether anyone
+is `watched`: without a subscriber the inspector skips per-step capture (inspector.py).
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ class Publisher:
         self._published = 0
         self._counter_lock = threading.Lock()
         self._stop = threading.Event()
-        self._socket = zmq.Context.instance().socket(zmq.PUB)
+        self._subscribed_topics = 0
+        self._socket = zmq.Context.instance().socket(zmq.XPUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         # Per-subscriber bound: past it ZMQ drops messages for that subscriber only.
         self._socket.setsockopt(zmq.SNDHWM, send_hwm)
@@ -88,6 +92,11 @@ class Publisher:
             self._queue.put_nowait(delta)
         except queue.Full:
             self._count_drop()
+
+    @property
+    def watched(self) -> bool:
+        """Whether some client is subscribed (read by the scheduler thread; an int read is atomic)."""
+        return self._subscribed_topics > 0
 
     @property
     def published(self) -> int:
@@ -126,6 +135,7 @@ class Publisher:
         encoder = msgspec.msgpack.Encoder()  # one per thread: no sharing with other threads
         try:
             while not self._stop.is_set():
+                self._read_subscriptions()
                 try:
                     delta = self._queue.get(timeout=_POLL_S)
                 except queue.Empty:
@@ -159,6 +169,19 @@ class Publisher:
             return
         with self._counter_lock:
             self._published += 1
+
+    def _read_subscriptions(self) -> None:
+        """Count subscribed topics. Without XPUB_VERBOSE, ZMQ passes on only a topic's first
+        subscription and its last unsubscription (also when a subscriber's connection dies)."""
+        while True:
+            try:
+                message = self._socket.recv(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if message[:1] == b"\x01":
+                self._subscribed_topics += 1
+            elif message[:1] == b"\x00":
+                self._subscribed_topics = max(0, self._subscribed_topics - 1)
 
     def _count_drop(self) -> None:
         with self._counter_lock:

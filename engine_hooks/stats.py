@@ -9,6 +9,8 @@ from typing import Any
 
 from mcinspect.schema import SCHEMA_VERSION, EvictEvent, Event, SlotLayout, Stats
 
+from .tensor_runs import ints_of_many
+
 
 class StatsCollector:
     """Updated on the scheduler thread; `snapshot()` may be called from another thread."""
@@ -28,15 +30,13 @@ class StatsCollector:
         """After `process_batch_result`: pool occupancy, each running request's slots, evictions."""
         allocator = scheduler.req_to_token_pool.mamba_allocator
         in_use = self.mamba_pool_size - allocator.available_size()
-        layouts = [_layout(req) for req in scheduler.running_batch.reqs]
+        layouts = _layouts(scheduler.running_batch.reqs)
         evictions = [event for event in events if isinstance(event, EvictEvent)]
         with self._lock:
             self.step += 1
             self.slots_in_use = in_use
             self.slots_peak = max(self.slots_peak, in_use)
             for layout in layouts:
-                if layout is None:
-                    continue
                 held = 1 + len(layout.ping_pong)
                 self.slots_per_request[held] += 1
                 self.example_layouts.setdefault(held, layout)
@@ -60,11 +60,11 @@ class StatsCollector:
             )
 
 
-def _layout(req: Any) -> SlotLayout | None:
-    kv = req.kv
-    if kv.mamba_pool_idx is None:
-        return None
-    ping_pong = []
-    if kv.mamba_ping_pong_track_buffer is not None:
-        ping_pong = [int(s) for s in kv.mamba_ping_pong_track_buffer.tolist() if int(s) >= 0]
-    return SlotLayout(rid=req.rid, working=int(kv.mamba_pool_idx.reshape(-1)[0]), ping_pong=ping_pong)
+def _layouts(reqs: list[Any]) -> list[SlotLayout]:
+    """Each request's working and ping-pong slots, read in one device copy."""
+    held = [req for req in reqs if req.kv.mamba_pool_idx is not None]
+    values = ints_of_many([t for req in held for t in (req.kv.mamba_pool_idx, req.kv.mamba_ping_pong_track_buffer)])
+    return [
+        SlotLayout(rid=req.rid, working=working[0], ping_pong=[slot for slot in ping_pong if slot >= 0])
+        for req, working, ping_pong in zip(held, values[0::2], values[1::2])
+    ]

@@ -31,8 +31,7 @@ class _Follower:
             assert self.state is not None, "a recording or stream starts with a snapshot"
             self.state = copy_state(self.state)  # views keep the previous state: never edit it
             apply_delta(self.state, frame)
-            # events are complete unless the engine dropped some or a hook failed during the step
-            whole = (frame.counters.dropped, frame.counters.hook_errors) == (self.counters.dropped, self.counters.hook_errors)
+            whole = frame.counters.events_continue(self.counters)
             events = tuple(frame.events)
         self.counters = frame.counters
         if self.view is None:

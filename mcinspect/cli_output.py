@@ -123,13 +123,13 @@ def print_ranks(ranks: list[RankInfo]) -> None:
         f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens",
         highlight=False,
     )
-    table = Table("tp", "dp", "pid", "ports", "step", "slots in use", "published", "dropped", "hook errors", "rejected")
+    table = Table("tp", "dp", "pid", "ports", "step", "unobserved", "slots in use", "published", "dropped", "hook errors", "rejected")
     for rank in ranks:
         info, stats = rank.info, rank.stats
         counters = stats.counters
         table.add_row(
             str(info.tp_rank), str(info.dp_rank), str(info.pid), f"{info.request_port}/{info.stream_port}",
-            str(stats.step), f"{stats.mamba_slots_in_use}/{stats.mamba_pool_size}", str(counters.published),
+            str(stats.step), str(counters.unobserved_steps), f"{stats.mamba_slots_in_use}/{stats.mamba_pool_size}", str(counters.published),
             str(counters.dropped), str(stats.hook_errors), str(counters.rejected_requests),
         )
     stdout.print(table)

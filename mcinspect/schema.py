@@ -271,6 +271,18 @@ class Counters(msgspec.Struct, frozen=True):
     """Deltas the bounded queue could not take (a client will see a gap and resync)."""
     hook_errors: int = 0
     rejected_requests: int = 0
+    unobserved_steps: int = 0
+    """Steps not captured because no client was subscribed (their events are gone; the state
+    caught up at the next capture)."""
+
+    def events_continue(self, previous: Counters) -> bool:
+        """Whether a frame with these counters carries every event since one with `previous`:
+        no delta dropped, no hook failed, no step went unobserved in between."""
+        return (self.dropped, self.hook_errors, self.unobserved_steps) == (
+            previous.dropped,
+            previous.hook_errors,
+            previous.unobserved_steps,
+        )
 
 
 class EngineInfo(_Message):

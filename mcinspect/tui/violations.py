@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .. import checks
 from ..checks import Violation
-from ..schema import CacheState, EngineInfo, NodeId, Rid, SlotId, Step
+from ..schema import CacheState, Counters, EngineInfo, NodeId, Rid, SlotId, Step
 from .source import FrameMeta
 
 
@@ -57,20 +57,14 @@ this frame) -> its violations. Called once per frame, in frame order."""
 def checks_checker(engine: Callable[[], EngineInfo | None]) -> Checker:
     """All of mcinspect.checks as a Checker; `engine` gives the EngineInfo once known."""
     view: checks.StepView | None = None
-    dropped = hook_errors = 0
+    counters = Counters()
 
     def run(previous: CacheState | None, state: CacheState, frame: FrameMeta) -> list[Violation]:
-        nonlocal view, dropped, hook_errors
-        # A step whose events may be incomplete (a resync, or drops / hook errors during it)
-        # must not be reasoned about from events: the checks then restart from this state.
-        whole = (
-            previous is not None
-            and view is not None
-            and not frame.resync
-            and frame.engine.dropped == dropped
-            and frame.engine.hook_errors == hook_errors
-        )
-        dropped, hook_errors = frame.engine.dropped, frame.engine.hook_errors
+        nonlocal view, counters
+        # A step whose events may be incomplete (a resync, or drops / hook errors / unobserved
+        # steps before it) must not be reasoned about from events: the checks restart from it.
+        whole = previous is not None and view is not None and not frame.resync and frame.engine.events_continue(counters)
+        counters = frame.engine
         if view is None:
             view = checks.StepView.first(state, frame.events, engine())
         else:

@@ -1,6 +1,10 @@
 """Engine throughput of the demo workload: hooks off / hooks on, no client / hooks on with a
 client streaming every delta (goal: >= 0.99x), and with fingerprint capture (goal >= 0.98x).
 
+"hooks on" captures on demand (nothing per step while nobody is subscribed); "every step"
+forces the per-step capture a subscribed client causes, without the client's own CPU use, and
+"no fingerprints" is that without slot fingerprints.
+
 Each variant is a separate `mcinspect demo --headless --json` process on the same seed; the
 variants are interleaved round by round so machine noise hits them alike, and the median of
 the rounds is compared. Prints tokens/s per variant and the ratios to hooks-off.
@@ -51,7 +55,9 @@ def run(variant: str, requests: int) -> float:
     env = dict(os.environ)
     if variant == "hooks off":
         command.append("--no-hooks")
-    if variant == "hooks on, no fingerprints":
+    if variant.startswith("every step"):
+        env["MCINSPECT_CAPTURE"] = "every-step"
+    if variant == "every step, no fingerprints":
         env["MCINSPECT_FINGERPRINT_BUDGET"] = "0"
     done, frames = threading.Event(), []
     client = None
@@ -73,7 +79,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200)
     args = parser.parse_args()
-    variants = ["hooks off", "hooks on, no fingerprints", "hooks on", "hooks on + client"]
+    variants = ["hooks off", "hooks on", "every step, no fingerprints", "every step", "hooks on + client"]
     rates: dict[str, list[float]] = {v: [] for v in variants}
     for round_ in range(args.rounds):
         for variant in variants:

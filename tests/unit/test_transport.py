@@ -320,9 +320,11 @@ def test_a_killed_session_leaves_nothing_behind(engine: _Engine) -> None:
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ})
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+        assert _until(lambda: engine.publisher.watched, 5)
         engine.step(100)
         child.send_signal(signal.SIGKILL)
         child.wait(5)
+        assert _until(lambda: not engine.publisher.watched, 5)  # a dead subscriber is noticed
         published = engine.publisher.published
         engine.step(100)  # the publisher keeps going after its subscriber died mid-stream
         assert _until(lambda: engine.publisher.published >= published + 100, 5)
@@ -334,6 +336,20 @@ def test_a_killed_session_leaves_nothing_behind(engine: _Engine) -> None:
     with Session(engine.target, timeout_s=2) as session:  # and still serves a new client
         session.connect()
         assert session.latest().state == engine.state
+
+
+def test_watched_while_any_session_is_subscribed(engine: _Engine) -> None:
+    """What lets the inspector skip capture when nobody watches (inspector.py)."""
+    assert not engine.publisher.watched
+    first, second = Session(engine.target, timeout_s=2), Session(engine.target, timeout_s=2)
+    first.connect()
+    assert _until(lambda: engine.publisher.watched, 5)
+    second.connect()
+    first.close()
+    time.sleep(0.3)
+    assert engine.publisher.watched  # the second one still is
+    second.close()
+    assert _until(lambda: not engine.publisher.watched, 5)
 
 
 def test_a_stalled_subscriber_never_slows_the_publisher() -> None:
@@ -380,6 +396,7 @@ def test_a_full_queue_drops_counts_and_the_session_recovers() -> None:
         engine.step(10)  # sender not started yet: 4 fit, 6 dropped
         assert engine.publisher.dropped == 6
         engine.publisher.start()
+        assert _until(lambda: engine.publisher.published == 4, 5)  # the queue is free again
         engine.step(1)
         assert _until(lambda: engine.publisher.published == 5, 5)
         engine.step(9)

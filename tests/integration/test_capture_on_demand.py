@@ -1,0 +1,69 @@
+"""Capture on demand on the live engine: with no client subscribed the hooks skip per-step
+capture, yet every snapshot asked for catches up with everything since (checked by the
+self-check against a full re-read and sglang's own counters), busy or idle."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
+
+from mcinspect.client import EngineUnreachable, request
+from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, Stats
+from mcinspect.session import Session
+from mcinspect.target import Target
+
+pytestmark = pytest.mark.slow
+
+REQUESTS = 80
+
+
+def _snapshot(target: Target) -> Snapshot:
+    reply = request(target, GetSnapshot(schema_version=SCHEMA_VERSION), timeout_s=30)
+    assert isinstance(reply, Snapshot)
+    return reply
+
+
+def test_unwatched_steps_are_skipped_and_snapshots_catch_up() -> None:
+    port = free_port_pair()
+    env, tag = tagged_env()
+    command = [MCINSPECT, "demo", "--json", "--serve", "--self-check", "--port", str(port), "--requests", str(REQUESTS)]
+    process = subprocess.Popen(command, env=env | {"MCINSPECT_CAPTURE": "on-demand"}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    target = Target("127.0.0.1", port)
+    summary: list[str] = []
+    threading.Thread(target=lambda: summary.append(process.stdout.readline()), daemon=True).start()
+    try:
+        end = time.monotonic() + 180
+        while True:
+            try:
+                request(target, Hello(schema_version=SCHEMA_VERSION), timeout_s=2)
+                break
+            except EngineUnreachable:
+                assert time.monotonic() < end and process.poll() is None, "engine did not come up"
+                time.sleep(0.2)
+        steps = []
+        while not summary:  # snapshots while the workload runs, nobody subscribed
+            steps.append(_snapshot(target).state.step)
+            time.sleep(0.5)
+        assert json.loads(summary[0])["requests"] == REQUESTS
+        final = _snapshot(target)  # the engine is idle now: caught up in Scheduler.on_idle
+        stats = request(target, GetStats(schema_version=SCHEMA_VERSION))
+        assert isinstance(stats, Stats)
+        assert final.state.step == stats.step and steps == sorted(steps)
+        assert stats.self_check_failures == 0, stats.self_check_first_failure
+        assert stats.counters.unobserved_steps > 0 and 3 <= stats.self_check_steps < stats.step
+        with Session(target, timeout_s=5) as late:  # a client after all that sees the same state
+            late.connect()
+            assert late.latest().state == final.state
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    assert tagged_processes(tag) == [], "engine processes left behind"
