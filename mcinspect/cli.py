@@ -143,14 +143,25 @@ def demo(
 
 @app.command()
 def snapshot(
-    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks.")],
+    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks; for --format tree also a snapshot file or a recording (its last step).")],
     output: Annotated[str, typer.Option("--output", "-o", help="File to write, '-' for stdout.")] = "-",
+    fmt: Annotated[str, typer.Option("--format", help="json: the whole snapshot; tree: the radix tree as text (colour on a terminal only).")] = "json",
+    max_nodes: Annotated[Optional[int], typer.Option(min=1, help="tree: node lines before the rest folds into counted '…' lines (default 200).")] = None,
     token: TokenOption = "",
     timeout: TimeoutOption = 10.0,
 ) -> None:
-    """Dump one consistent snapshot of the cache (tree, slot owners, requests, KV) as JSON."""
+    """Dump one consistent snapshot of the cache (tree, slot owners, requests, KV) as JSON, or print its tree."""
     from .inspect_commands import fetch_snapshot, write_json
 
+    if fmt == "tree":
+        _snapshot_tree(target, output, max_nodes, token, timeout)
+        return
+    if fmt != "json":
+        fail(f"--format {fmt}: pick json or tree")
+    if max_nodes is not None:
+        fail("--max-nodes applies to --format tree")
+    if os.path.exists(target):
+        fail(f"{target} is a file, not PORT or HOST:PORT: `--format tree` prints a file's tree")
     where = _target(target)
     try:
         data = fetch_snapshot(where, token, timeout)
@@ -166,6 +177,26 @@ def snapshot(
             f"{len(state.slots)} slots (seq {data.seq})",
             highlight=False,
         )
+
+
+def _snapshot_tree(source: str, output: str, max_nodes: int | None, token: str, timeout: float) -> None:
+    """The tree of SOURCE: coloured to a terminal, plain to a pipe or a file."""
+    from rich.console import Console
+
+    from .tree_text import DEFAULT_MAX_NODES, MAX_LEVELS, build_tree, levels_for_width, plain_text, print_tree
+
+    loaded = _load(source, None, token, timeout)
+    flagged = {node for violation in _violations_of(loaded.state) for node in violation.nodes}
+    terminal = output == "-" and sys.stdout.isatty()
+    console = Console() if terminal else None
+    levels = levels_for_width(console.width) if console is not None else MAX_LEVELS
+    tree = build_tree(loaded.state, max_nodes=max_nodes or DEFAULT_MAX_NODES, max_levels=levels, flagged=flagged)
+    if console is not None:
+        print_tree(tree, console)
+        return
+    _write_bytes(plain_text(tree).encode(), output)
+    if output != "-":
+        stderr.print(f"wrote {output}: {tree.printed:,} node lines, {tree.folded:,} nodes folded, from {loaded.origin}", highlight=False)
 
 
 @app.command()
@@ -274,13 +305,13 @@ def diff(
         typer.echo(format_diff(result))
 
 
-def _load(source: str, step: int | None, token: str) -> LoadedState:
+def _load(source: str, step: int | None, token: str, timeout_s: float = 10.0) -> LoadedState:
     from .recording import RecordingError
     from .snapshot_file import SnapshotFileError
     from .sources import SourceError, load_state
 
     try:
-        return load_state(source, step=step, token=token)
+        return load_state(source, step=step, token=token, timeout_s=timeout_s)
     except (SourceError, SnapshotFileError, RecordingError, EngineUnreachable, EngineRefused) as exc:
         fail(str(exc))
     except OSError as exc:

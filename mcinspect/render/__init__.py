@@ -11,11 +11,12 @@ from __future__ import annotations
 from ._binary import DotBinary, find_dot, run_dot
 from ._dot import DEFAULT_MAX_NODES, Highlight, Marked, Violations, focus_node, parse_focus, render_dot
 from ._errors import DotFailed, DotNotFound, DotTimeout, RenderError, UnknownFocus
-from ._fold import ChainBox, FoldBox, Totals, TreeView, select, tree_totals, view_totals
+from ._fold import TOP, ChainBox, FoldBox, Totals, TreeView, node_box, select, tree_totals, view_totals
 from ._render import OutputFormat, render
 
 __all__ = [
     "DEFAULT_MAX_NODES",
+    "TOP",
     "ChainBox",
     "DotBinary",
     "DotFailed",
@@ -32,6 +33,7 @@ __all__ = [
     "Violations",
     "find_dot",
     "focus_node",
+    "node_box",
     "parse_focus",
     "render",
     "render_dot",

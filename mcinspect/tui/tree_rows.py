@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 
+from ..node_text import node_text
 from ..schema import NodeId, NodeRecord
 from .model import StepView
 from .tree_index import ROOT_PARENT
@@ -19,8 +20,6 @@ CHILD_PAGE = 100
 """Children shown per expanded node before a "more" row; each "more" shows as many again."""
 MAX_INDENT = 24
 """Levels indented; deeper rows print their level instead of ever more spaces."""
-TOKEN_PREVIEW = 6
-"""Token ids shown per node label."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +84,6 @@ class RowMarks:
 
 
 _DIM = Style(color="grey50")
-_ID = Style(bold=True)
 
 
 def node_label(node: NodeRecord, level: int, marks: RowMarks) -> Text:
@@ -96,28 +94,12 @@ def node_label(node: NodeRecord, level: int, marks: RowMarks) -> Text:
     if marks.violation:
         text.append("!", style="bold bright_white on red")
         text.append(" ")
-    id_style = _ID + Style(color=_node_colour(node))
+    id_style = Style()
     if marks.on_path:
         id_style += Style(bgcolor="navy_blue")
     if marks.match:
         id_style += Style(bgcolor="yellow4")
-    text.append(f"#{node.id}", style=id_style)
-    text.append(f" [{node.depth}..{node.depth + node.key_len})", style=_DIM)
-    if node.mamba_slot >= 0:
-        text.append(" ")
-        text.append(f"S{node.mamba_slot}", style="bold white on dodger_blue3")
-    if node.full_lock or node.mamba_lock:
-        text.append(f" L{node.full_lock}/{node.mamba_lock}", style="bold yellow")
-    if node.evictable:
-        text.append(" evictable", style="cyan")
-    if node.tombstone:
-        text.append(" tombstone", style="magenta")
-    if node.kv_evicted:
-        text.append(" kv-evicted", style="red")
-    # Tokens last: the badges above must survive a narrow pane's crop.
-    tokens = node.token_ids[:TOKEN_PREVIEW]
-    preview = " ".join(map(str, tokens)) + (" …" if node.key_len > len(tokens) else "")
-    text.append(f"  {preview}", style="grey62")
+    text.append_text(node_text(node, id_style))
     return text
 
 
@@ -132,13 +114,3 @@ def _indent(level: int) -> str:
     if level <= MAX_INDENT:
         return "  " * level
     return "  " * (MAX_INDENT - 2) + f"⋯{level:<3}"
-
-
-def _node_colour(node: NodeRecord) -> str:
-    if node.tombstone or node.kv_evicted:
-        return "grey50"
-    if node.full_lock or node.mamba_lock:
-        return "yellow"
-    if node.mamba_slot >= 0:
-        return "green3"
-    return "white"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -45,3 +46,18 @@ def test_demo_without_a_terminal_asks_for_headless() -> None:
     result = runner.invoke(app, ["demo"])  # CliRunner's stdout is not a terminal
     assert result.exit_code == 2
     assert "--headless" in result.output.strip().splitlines()[-1]
+
+
+def test_snapshot_format_and_option_errors(tmp_path: Path) -> None:
+    some_file = tmp_path / "snap.json"
+    some_file.write_text("{}")
+    for args, says in (
+        (["snapshot", "7777", "--format", "bogus"], "--format bogus: pick json or tree"),
+        (["snapshot", "7777", "--max-nodes", "5"], "--max-nodes applies to --format tree"),
+        (["snapshot", str(some_file)], "--format tree` prints a file's tree"),
+        (["snapshot", str(some_file), "--format", "tree"], "not a Snapshot"),
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, args
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], (args, result.output)

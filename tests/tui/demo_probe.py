@@ -1,0 +1,64 @@
+"""What `mcinspect demo` does in a terminal, with a pilot at the keyboard (run by
+test_demo_tui.py in a fresh interpreter, so that sglang and the engine's CPU patches stay out of
+the test process).
+
+`python demo_probe.py PORT`: start the embedded engine and its workload as `mcinspect demo`
+does (`run_demo_in_background`), open the app `mcinspect demo` opens (`attach_app`) with
+`run_test`, wait until it follows the engine, look at the requests tab, quit with `q`, shut down.
+The last line of stdout is a JSON object of what the TUI showed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from mcinspect.demo import run_demo_in_background
+from mcinspect.target import Target
+from mcinspect.tui import InspectorApp, attach_app
+from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig
+
+REQUESTS = 12
+CONNECT_S = 120.0
+
+
+async def drive(app: InspectorApp) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    async with app.run_test(size=(160, 45)) as pilot:
+        deadline = time.monotonic() + CONNECT_S
+        requests_seen = 0
+        while time.monotonic() < deadline:
+            await pilot.pause(0.2)
+            if app.view is not None:
+                requests_seen = max(requests_seen, len(app.view.state.requests))
+            if app.view is not None and app.view.state.step > 0 and requests_seen and app.source.health().status == "connected":
+                break
+        await pilot.press("3")
+        await pilot.pause(0.3)
+        view = app.view
+        seen = {
+            "header": str(app.query_one("#header").render()),
+            "status": app.source.health().status,
+            "step": None if view is None else view.state.step,
+            "frames": len(app.source.frames()),
+            "requests_seen": requests_seen,
+            "following": app.following,
+            "tab": app.query_one("#tabs").active,
+        }
+        await pilot.press("q")
+        await pilot.pause()
+        seen["running_after_q"] = app.is_running
+    return seen
+
+
+def main(port: int) -> None:
+    with run_demo_in_background(EmbeddedEngineConfig(inspector_port=port), REQUESTS):
+        seen = asyncio.run(drive(attach_app(Target("127.0.0.1", port), token="")))
+    print(json.dumps(seen), flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
