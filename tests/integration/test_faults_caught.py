@@ -24,9 +24,12 @@ pytestmark = pytest.mark.slow
 
 REQUESTS = 40
 DETECTION_STEPS = 3
+MATRIX_ENV = "MCINSPECT_FAULT_MATRIX"
+"""Set to 1 for every fault under every configuration it applies to (~25 engine runs)."""
+CONFIGS = [("no_buffer", 1), ("extra_buffer", 1), ("extra_buffer", 16), ("extra_buffer_lazy", 16)]
 
 CASES = {
-    # every fault once; the strategies and page sizes each fault applies to, in turn
+    # CI: every fault once; the strategies and page sizes each fault applies to, in turn
     "wrong-chunk-state": ("extra_buffer", 16),
     "unwritten-slot": ("extra_buffer_lazy", 16),
     "track-off-by-one": ("extra_buffer", 1),
@@ -52,16 +55,21 @@ def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None
     return violations, json.loads(demo.stdout)
 
 
+def runs() -> list[tuple[str, str, int]]:
+    if os.environ.get(MATRIX_ENV) == "1":
+        return [(name, *config) for name, fault in FAULTS.items() for config in CONFIGS if fault.applies_to(*config)]
+    return [(name, *config) for name, config in CASES.items()]
+
+
 def test_every_fault_has_a_case() -> None:
     assert CASES.keys() == FAULTS.keys()
     for name, (strategy, page_size) in CASES.items():
         assert FAULTS[name].applies_to(strategy, page_size), name
 
 
-@pytest.mark.parametrize("fault", CASES)
-def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault, strategy, page_size", runs())
+def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, strategy: str, page_size: int, tmp_path: Path) -> None:
     spec = FAULTS[fault]
-    strategy, page_size = CASES[fault]
     log = tmp_path / "faults.jsonl"
     args = ["--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
     args += ["--verify"] if RECOMPUTE_CHECK in spec.expected_checks else []
@@ -73,6 +81,7 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, t
     caught = sorted((v for v in violations if v["check"] in spec.expected_checks), key=lambda v: v["step"])
     assert caught, f"{fault}: expected {spec.expected_checks}, got {sorted({v['check'] for v in violations})}"
     detection = caught[0]
+    print(f"{fault} {strategy} page {page_size}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
     assert 0 <= detection["step"] - first <= DETECTION_STEPS, f"{fault}: first action at step {first}, caught at {detection}"
     touched = {
         "slots": {a["slot"] for a in actions if a["slot"] is not None},
