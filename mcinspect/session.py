@@ -8,14 +8,8 @@ holds them, resync from a new snapshot, buffering live deltas meanwhile. If the 
 answering, the session reports itself disconnected, keeps its history, and resyncs once the
 engine answers again (a restarted engine, a new pid, is resynced from scratch).
 
-History (time travel): the last `history_size` frames, one per applied delta or resync. Each
-frame keeps its delta (what changed, and the step's events); every `keyframe_every` frames one
-keeps a shallow copy of the whole state instead (its dicts of references: node, slot and
-request records are immutable and shared between frames). `state_at` rebuilds a frame from the
-nearest keyframe before it plus at most `keyframe_every - 1` deltas. Memory: the deltas of the
-window plus at most ceil(history_size / keyframe_every) + 1 shallow copies. A resync enters the
-history as the delta between the previous state and the snapshot, so it shares records as well
-(only a snapshot no delta can reach, e.g. a restarted engine with fewer slots, is a keyframe).
+History (time travel): the last `history_size` frames, kept by `FrameHistory`
+(frame_history.py: deltas with periodic keyframes).
 
 Threads: the sockets belong to one thread (the caller of `poll`, or the reader thread started by
 `start_reader`); `latest`, `history`, `state_at` and `counters` may be called from any thread.
@@ -26,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +27,7 @@ import msgspec
 import zmq
 
 from .client import EngineRefused, EngineUnreachable, Requester, unreachable_reason
+from .frame_history import FrameEvicted, FrameHistory, delta_towards  # noqa: F401  (FrameEvicted: what state_at raises)
 from .schema import (
     SCHEMA_VERSION,
     STREAM_TOPIC,
@@ -68,10 +62,6 @@ class SessionError(Exception):
 
 class SessionClosed(SessionError):
     """The session was closed."""
-
-
-class FrameEvicted(LookupError):
-    """The frame asked for has left the bounded history (or never existed)."""
 
 
 @dataclass(frozen=True)
@@ -151,84 +141,6 @@ class _Counts:
     last_error: str = ""
 
 
-@dataclass
-class _Entry:
-    info: FrameInfo
-    delta: Delta | None
-    """How to get here from the previous entry; None where `keyframe` holds the whole state."""
-    keyframe: CacheState | None
-
-
-class _History:
-    """Bounded frames with periodic keyframes (see the module docstring)."""
-
-    def __init__(self, size: int, keyframe_every: int) -> None:
-        self.entries: deque[_Entry] = deque()
-        self._size = size
-        self._keyframe_every = keyframe_every
-        self._since_keyframe = 0
-
-    def append(self, info: FrameInfo, delta: Delta | None, live: CacheState) -> None:
-        """Record the frame whose state is `live`; `delta` None forces a keyframe."""
-        if len(self.entries) >= self._size:
-            self._evict_oldest()
-        if delta is None or not self.entries or self._since_keyframe + 1 >= self._keyframe_every:
-            self.entries.append(_Entry(info, None, copy_state(live)))
-            self._since_keyframe = 0
-        else:
-            self.entries.append(_Entry(info, delta, None))
-            self._since_keyframe += 1
-
-    def _evict_oldest(self) -> None:
-        oldest = self.entries.popleft()
-        if self.entries and self.entries[0].keyframe is None:
-            # The new oldest frame must carry a keyframe: roll the evicted one forward (only the
-            # history holds keyframes; readers get copies, so editing it in place is safe).
-            successor = self.entries[0]
-            assert oldest.keyframe is not None and successor.delta is not None
-            apply_delta(oldest.keyframe, successor.delta)
-            successor.keyframe, successor.delta = oldest.keyframe, None
-
-    def state_at(self, index: int) -> CacheState:
-        if not self.entries or not 0 <= index - self.entries[0].info.index < len(self.entries):
-            raise FrameEvicted(f"frame {index} is not in the history")
-        position = index - self.entries[0].info.index
-        base = position
-        while self.entries[base].keyframe is None:
-            base -= 1
-        keyframe = self.entries[base].keyframe
-        assert keyframe is not None
-        state = copy_state(keyframe)
-        for i in range(base + 1, position + 1):
-            delta = self.entries[i].delta
-            assert delta is not None
-            apply_delta(state, delta)
-        return state
-
-
-def _diff(old: CacheState, snapshot: Snapshot) -> Delta:
-    """The delta from `old` towards the snapshot's state (the inverse of apply_delta).
-
-    apply_delta cannot remove slots, so this is exact only when none went away;
-    the caller checks the result and keeps a keyframe when it is not."""
-    new = snapshot.state
-    return Delta(
-        schema_version=SCHEMA_VERSION,
-        seq=snapshot.seq,
-        step=new.step,
-        upsert_nodes=[n for k, n in new.nodes.items() if old.nodes.get(k) != n],
-        removed_nodes=[k for k in old.nodes if k not in new.nodes],
-        slots={k: v for k, v in new.slots.items() if old.slots.get(k) != v},
-        upsert_requests=[r for k, r in new.requests.items() if old.requests.get(k) != r],
-        removed_requests=[k for k in old.requests if k not in new.requests],
-        kv=new.kv if new.kv != old.kv else None,
-        events=[],
-        counters=snapshot.counters,
-        contents={k: v for k, v in new.contents.items() if old.contents.get(k) != v},
-        removed_contents=[k for k in old.contents if k not in new.contents],
-    )
-
-
 def _identity(info: EngineInfo) -> tuple[int, int, int]:
     """What changes when the engine behind a port is a different process."""
     return info.pid, info.request_port, info.stream_port
@@ -274,7 +186,7 @@ class Session:
         self._context = context or zmq.Context.instance()
         self._decoder = msgspec.msgpack.Decoder(Delta)
         self._lock = threading.Lock()  # guards what readers see: history, live state, counts
-        self._history = _History(history_size, keyframe_every)
+        self._history = FrameHistory(history_size, keyframe_every)
         self._live: CacheState | None = None
         self._latest: Frame | None = None
         self._counts = _Counts()
@@ -553,7 +465,7 @@ class Session:
         if not isinstance(snapshot, Snapshot):
             raise EngineRefused(f"the engine answered GetSnapshot with {type(snapshot).__name__}")
         with self._lock:
-            diff = None if self._live is None else _diff(self._live, snapshot)
+            diff = None if self._live is None else delta_towards(self._live, snapshot)
             if diff is not None:
                 apply_delta(self._live, diff)  # keeps the records that did not change: shared
             if diff is None or self._live != snapshot.state:
