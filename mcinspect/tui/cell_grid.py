@@ -1,7 +1,9 @@
 """A virtual grid of coloured cells with a cursor: the base of the slot map and the page map.
 
 Only the rows on screen are rendered, so 10k slots or a million pages cost the same per frame
-as a hundred. Subclasses say what one cell looks like and what the row gutter says.
+as a hundred, and rendered rows are kept until the data changes (`set_count`): a restyle, a
+layout pass or a cursor move elsewhere repaints from them. Subclasses say what one cell looks
+like and what the row gutter says.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -24,6 +27,10 @@ from .palette import CURSOR_STYLE
 
 _LABEL_STYLE = Style(color="grey50")
 _UNFOCUSED_CURSOR_STYLE = Style(underline=True)
+
+RowKey = tuple[object, ...]
+"""What a rendered row depends on: the data version, its first cell, the columns, where the
+cursor is in it (and the focus, if it is), the width and the base style."""
 
 
 class CellGrid(ScrollView, can_focus=True):
@@ -50,7 +57,7 @@ class CellGrid(ScrollView, can_focus=True):
     ]
 
     DEFAULT_CSS = """
-    CellGrid { background: $surface; }
+    CellGrid { background: $surface; overflow-x: hidden; }
     """
 
     CELL_WIDTH: ClassVar[int] = 1
@@ -80,6 +87,9 @@ class CellGrid(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._count = 0
+        self._version = 0
+        """Bumped by `set_count`: rows rendered before show old data."""
+        self._rows: LRUCache[RowKey, Strip] = LRUCache(256)
 
     # --- for subclasses ----------------------------------------------------------------
 
@@ -94,6 +104,7 @@ class CellGrid(ScrollView, can_focus=True):
     def set_count(self, count: int) -> None:
         """Number of cells; call after the data changed (the screen is redrawn)."""
         self._count = count
+        self._version += 1
         self._resize_virtual()
         if self.cursor >= count:
             self.cursor = max(0, count - 1)
@@ -170,6 +181,11 @@ class CellGrid(ScrollView, can_focus=True):
         first = (int(self.scroll_offset.y) + y) * columns
         if first >= self._count:
             return Strip.blank(width, base)
+        cursor = self.cursor - first if first <= self.cursor < first + columns else -1
+        key: RowKey = (self._version, first, columns, cursor, cursor >= 0 and self.has_focus, width, base)
+        cached = self._rows.get(key)
+        if cached is not None:
+            return cached
         label_width = self.label_width
         segments = [Segment(self.row_label(first).rjust(label_width - 1) + " ", base + _LABEL_STYLE)]
         cells: list[tuple[str, Style]] = []
@@ -185,4 +201,5 @@ class CellGrid(ScrollView, can_focus=True):
         else:  # neighbours of one style share a segment: a page map row is ~100 cells of a few styles
             for style, run in groupby(cells, key=itemgetter(1)):
                 segments.append(Segment("".join(glyph for glyph, _ in run), style))
-        return Strip(segments).crop_extend(0, width, base)
+        strip = self._rows[key] = Strip(segments).crop_extend(0, width, base)
+        return strip

@@ -60,7 +60,7 @@ class RadixTreeView(ScrollView, can_focus=True):
     ]
 
     DEFAULT_CSS = """
-    RadixTreeView { background: $surface; }
+    RadixTreeView { background: $surface; overflow-x: hidden; }
     """
 
     cursor: reactive[int] = reactive(0, always_update=True)
