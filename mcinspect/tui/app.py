@@ -32,7 +32,7 @@ from .details import Selection, detail_text
 from .event_log import EventLog
 from .export import ExportFailed, export_snapshot, export_tree_svg, stamp
 from .grids import PageMap, SlotMap
-from .gc_tuning import freeze_long_lived
+from .gc_tuning import freeze_long_lived, thaw
 from .header import HeaderState, StatusHeader
 from .ingest import Ingestor
 from .ledger import Ledger
@@ -145,6 +145,7 @@ class InspectorApp(App[None]):
 
     def on_unmount(self) -> None:
         self.source.close()
+        thaw()
 
     # --- data arriving (any thread -> messages) -----------------------------------------------
 

@@ -9,7 +9,7 @@ from .violations import ViolationRow
 
 
 class ViolationsTable(RowTable):
-    """Violations oldest first, those at the shown frame marked ▶; posts `Jump` on enter."""
+    """Violations oldest first, those at the shown frame marked `>`; posts `Jump` on enter."""
 
     COLUMNS = ("step", "check", "node", "slot", "rid", "reason")
 
@@ -31,7 +31,7 @@ class ViolationsTable(RowTable):
                 (
                     str(number),
                     (
-                        f"{'▶' if v.frame == current_frame else ' '}{v.step}",
+                        f"{'>' if v.frame == current_frame else ' '}{v.step}",  # ASCII: ▶ is wide in some fonts
                         v.check,
                         f"#{v.node}" if v.node >= 0 else "",
                         str(v.slot) if v.slot >= 0 else "",

@@ -27,4 +27,5 @@ def test_demo_opens_the_tui_on_the_live_engine() -> None:
     assert seen["step"] > 0 and seen["frames"] > 1 and seen["requests_seen"] > 0
     assert seen["tab"] == "requests"
     assert seen["running_after_q"] is False
+    assert "leaked" not in done.stderr  # nanobind's report of objects the GC never freed
     assert tagged_processes(tag) == [], "engine processes left behind"
