@@ -7,20 +7,30 @@ import asyncio
 import sys
 from pathlib import Path
 
-from mcinspect.tui import InspectorApp, checks_checker, load_recording
+from mcinspect.tui import InspectorApp, ReplaySource, checks_checker, load_recording
 
 SIZE = (160, 45)
-SCREENS = [
-    # (file name, keys pressed before the shot)
-    ("tui-slots.svg", ["G", "1"]),
-    ("tui-pages.svg", ["G", "2"]),
-    ("tui-requests.svg", ["G", "3"]),
-    ("tui-fault.svg", ["v", "5"]),
-]
+
+
+def busiest_step(source: ReplaySource) -> int:
+    """The last step with the most requests held: the slot, page and request screens show it."""
+    frames = source.frames()
+    return max(frames, key=lambda f: (len(source.state_at(f.index).requests), f.index)).step
+
+
+def screens(step: int) -> list[tuple[str, list[str]]]:
+    """(file name, keys pressed before the shot)."""
+    go = ["g", *str(step), "enter"]
+    return [
+        ("tui-slots.svg", [*go, "1"]),
+        ("tui-pages.svg", [*go, "3", "down", "2"]),  # the pages of the second request marked
+        ("tui-requests.svg", [*go, "3"]),
+        ("tui-fault.svg", ["v", "5"]),
+    ]
 
 
 async def shoot(recording: str, out_dir: Path) -> None:
-    for name, keys in SCREENS:
+    for name, keys in screens(busiest_step(load_recording(recording))):
         source = load_recording(recording)
         app = InspectorApp(source, checker=checks_checker(source.engine))
         async with app.run_test(size=SIZE) as pilot:
