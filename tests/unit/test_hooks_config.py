@@ -30,6 +30,16 @@ def test_malformed_port_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> No
         HooksConfig.from_env()
 
 
+def test_capture_mode_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCINSPECT_PORT", "7777")
+    assert HooksConfig.from_env().capture == ""  # the inspector's default: on demand
+    monkeypatch.setenv("MCINSPECT_CAPTURE", "every-step")
+    assert HooksConfig.from_env().capture == "every-step"
+    monkeypatch.setenv("MCINSPECT_CAPTURE", "always")
+    with pytest.raises(ConfigError, match="on-demand, every-step"):
+        HooksConfig.from_env()
+
+
 def test_every_rank_gets_its_own_port_pair() -> None:
     config = HooksConfig(base_port=7000)
     ports = {
