@@ -6,7 +6,7 @@ real app headless and prints:
   time to first paint, the page index build (once, on a worker thread after the first paint),
   per-keypress latency (tree moves, expand, first show of each tab, tab switches, table moves,
   step back), and per-update time while following a live source (a new frame with a few
-  changed nodes and slots).
+  changed nodes and slots), on the slot map and on the page map.
 Not a timed test: numbers depend on the machine. Run:
   PYTHONPATH=... .venv/bin/python tests/bench/bench_tui.py
 """
@@ -19,6 +19,8 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
+
+from textual.pilot import Pilot
 
 from mcinspect.schema import (
     CacheState,
@@ -196,20 +198,31 @@ async def main() -> None:
         report("step back (whole UI)", await press_timed(pilot, "left_square_bracket", 3))
 
         await pilot.press("G")  # follow the live source again
-        cpu, wall = [], []
-        for _ in range(20):
-            source.push(*next_state(source.states[-1], rng))
-            began, began_cpu = time.perf_counter(), time.thread_time()
-            target = len(source.states) - 1
-            while app.view is None or app.view.frame != target:
-                await pilot.pause(0.001)
-            await pilot.pause()
-            cpu.append((time.thread_time() - began_cpu) * 1000)
-            wall.append((time.perf_counter() - began) * 1000)
-            await pilot.pause(0.12)  # past the live throttle, so every update is a full redraw
+        cpu, wall = await follow(pilot, app, source, rng, 20)
         report("live update: UI-thread CPU", cpu)
         report("live update: wall (with ingest)", wall)
+        await pilot.press("2")
+        cpu, _ = await follow(pilot, app, source, rng, 10)
+        report("live update, page map shown: CPU", cpu)
         await app.workers.wait_for_complete()
+
+
+async def follow(
+    pilot: Pilot[None], app: InspectorApp, source: GrowingSource, rng: random.Random, frames: int
+) -> tuple[list[float], list[float]]:
+    """Push `frames` new frames one at a time; UI-thread CPU and wall time until each is shown."""
+    cpu, wall = [], []
+    for _ in range(frames):
+        source.push(*next_state(source.states[-1], rng))
+        began, began_cpu = time.perf_counter(), time.thread_time()
+        target = len(source.states) - 1
+        while app.view is None or app.view.frame != target:
+            await pilot.pause(0.001)
+        await pilot.pause()
+        cpu.append((time.thread_time() - began_cpu) * 1000)
+        wall.append((time.perf_counter() - began) * 1000)
+        await pilot.pause(0.12)  # past the live throttle, so every update is a full redraw
+    return cpu, wall
 
 
 if __name__ == "__main__":
