@@ -81,7 +81,8 @@ def run_demo(
         with recording:
             _drive(engine, Workload(seed=config.seed, total_requests=requests), summary, on_wave_done)
         if config.inspector_port is not None:
-            reply = request(Target("127.0.0.1", config.inspector_port), GetStats(schema_version=SCHEMA_VERSION))
+            # generous: on a loaded machine the engine may still be draining the last steps
+            reply = request(Target("127.0.0.1", config.inspector_port), GetStats(schema_version=SCHEMA_VERSION), timeout_s=30)
             summary.stats = reply if isinstance(reply, Stats) else None
         after_workload(summary)
         return summary
