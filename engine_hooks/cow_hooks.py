@@ -8,7 +8,7 @@ which "the working slot equals its source" / "a cleared slot is zero" can be see
 | same | after | fingerprint sources, destinations and cleared slots; queue a CowEvent |
 
 The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
-are part of the forward. On CUDA, `fingerprint_slots` checks slot bounds with a device sync,
+are part of the forward; skipped for steps no client observes (capture on demand). On CUDA, `fingerprint_slots` checks slot bounds with a device sync,
 so the capture is off there unless MCINSPECT_COW_FINGERPRINTS=1. Not captured: int8
 checkpoint pools (the destination is a dequantised copy, not bit-equal to its source).
 """
@@ -43,6 +43,8 @@ class CowHooks:
 
     def after(self, ret: Any, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         pending, self._pending = self._pending, None
+        if not self.sink.observed:  # nobody will see this step's events
+            return
         ran = getattr(forward_batch, "mamba_cow_src_indices", None) is None and getattr(forward_batch, "mamba_clear_indices", None) is None
         if pending is None or not ran:  # not an extend forward: sglang left the ids for later
             return

@@ -12,6 +12,10 @@ from mcinspect.schema import EvictEvent, Event, NodeId, SlotId, Step
 from .tensor_runs import IndexValue, ints_of_many
 
 
+_FOLD_DIRTY_SLOTS = 4096
+"""Pending slot tensors folded into one list of ids (bounded by the pool size) past this many."""
+
+
 @dataclass(frozen=True)
 class DeferredSlot:
     """A slot-id field still held as a tensor (or None): becomes an int at drain."""
@@ -55,8 +59,9 @@ class EventSink:
       parent also has no state but never had one);
     - `admission`: the slots `alloc_group_begin` pre-allocated while its group is open.
 
-    Dirty marks are kept only while `tracking` (a Capture reads them); when more pile up than
-    `max_dirty`, they are dropped and `overflowed` tells Capture to re-read everything.
+    Dirty marks are kept only while `tracking` (a Capture reads them); when more dirty nodes
+    pile up than `max_dirty`, they are dropped and `overflowed` tells Capture to re-read
+    everything. Changed slots are folded into one id list now and then (at most the pool).
     """
 
     def __init__(self, max_events: int = 10_000, max_dirty: int = 1_000_000) -> None:
@@ -72,6 +77,9 @@ class EventSink:
         self._pending: list[tuple[type, dict[str, Any]]] = []
         self._eviction = _Eviction()
         self._evict_depth = 0
+        self.observed = True
+        """Whether the current step will be captured (set by the inspector at each boundary):
+        hooks whose only product is costly evidence for clients (cow_hooks) skip it when not."""
         self.request: Any = None
         """The request of the latest match / release / checkpoint: who a lock move is for."""
         self.checkpointing: Any = None
@@ -102,8 +110,8 @@ class EventSink:
         """The mamba allocator handed out or took back `slots` (a tensor, read at the step)."""
         if self.tracking:
             self._dirty_slots.append(slots)
-            if len(self._dirty_slots) > self.max_dirty:
-                self._overflow()
+            if len(self._dirty_slots) >= _FOLD_DIRTY_SLOTS:  # unobserved steps pile them up
+                self._dirty_slots = [sorted(self.take_dirty_slots())]
 
     def _overflow(self) -> None:
         self.overflowed = True
@@ -168,7 +176,7 @@ class EventSink:
         """Only the EvictEvents since the last drain; the others are discarded unconverted
         (a step nobody observes: its stats still count evictions)."""
         evictions = [(cls, fields) for cls, fields in self._take() if cls is EvictEvent]
-        return self._convert(evictions, step)  # type: ignore[return-value]
+        return self._convert(evictions, step) if evictions else []  # type: ignore[return-value]
 
     def _take(self) -> list[tuple[type, dict[str, Any]]]:
         # An eviction whose after-hook never ran (it raised) is over by the step boundary.

@@ -93,13 +93,14 @@ class Inspector:
         with nobody watching, only count the step."""
         self._step += 1
         step = Step(self._step)
-        if self.every_step or self.publisher.watched or self._wanted.is_set():
+        if self.sink.observed or self._wanted.is_set():
             events = self.sink.drain(step)
             self.stats.on_step(scheduler, events)
             self._capture(scheduler, batch, step, events)
         else:
             self._unobserved += 1
             self.stats.on_step(scheduler, self.sink.drain_evictions(step))
+        self.sink.observed = self.every_step or self.publisher.watched  # for the step now starting
 
     def on_idle(self, scheduler: Any) -> None:
         """After `Scheduler.on_idle` (no batch to run): catch up if someone waits for it."""
@@ -172,6 +173,7 @@ class Inspector:
             self_check_steps=check.steps if check else 0,
             self_check_failures=check.failures if check else 0,
             self_check_first_failure=check.first_failure if check else "",
+            hook_seconds=self.errors.seconds,
         )
 
 

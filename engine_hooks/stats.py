@@ -27,19 +27,23 @@ class StatsCollector:
         self.example_layouts: dict[int, SlotLayout] = {}
 
     def on_step(self, scheduler: Any, events: list[Event]) -> None:
-        """After `process_batch_result`: pool occupancy, each running request's slots, evictions."""
+        """After `process_batch_result`: pool occupancy, each running request's slots, evictions.
+        Slot counts come from the requests' Python fields; slot ids are read (a device copy)
+        only for the first request seen with a new count."""
         allocator = scheduler.req_to_token_pool.mamba_allocator
         in_use = self.mamba_pool_size - allocator.available_size()
-        layouts = _layouts(scheduler.running_batch.reqs)
+        held = [(req, _slots_held(req.kv)) for req in scheduler.running_batch.reqs if req.kv.mamba_pool_idx is not None]
+        new = [req for req, count in held if count not in self.example_layouts]
+        layouts = _layouts(new) if new else []
         evictions = [event for event in events if isinstance(event, EvictEvent)]
         with self._lock:
             self.step += 1
             self.slots_in_use = in_use
             self.slots_peak = max(self.slots_peak, in_use)
+            for _, count in held:
+                self.slots_per_request[count] += 1
             for layout in layouts:
-                held = 1 + len(layout.ping_pong)
-                self.slots_per_request[held] += 1
-                self.example_layouts.setdefault(held, layout)
+                self.example_layouts.setdefault(1 + len(layout.ping_pong), layout)
             for event in evictions:
                 self.evicted_mamba_slots += len(event.slots)
                 self.evicted_tokens += event.tokens
@@ -58,6 +62,13 @@ class StatsCollector:
                 slots_per_request=dict(self.slots_per_request),
                 example_layouts=[self.example_layouts[k] for k in sorted(self.example_layouts)],
             )
+
+
+def _slots_held(kv: Any) -> int:
+    """Working slot + the ping-pong entries in use (sglang keeps `mamba_ping_pong_empty` in
+    step with the -1 entries of the buffer)."""
+    empty = kv.mamba_ping_pong_empty
+    return 1 + (len(empty) - sum(empty) if empty else 0)
 
 
 def _layouts(reqs: list[Any]) -> list[SlotLayout]:

@@ -108,6 +108,12 @@ def print_summary(summary: DemoSummary) -> None:
                 f"{layout.working}, ping-pong {layout.ping_pong}",
             )
         table.add_row("hook errors", str(stats.hook_errors))
+        if stats.step:
+            table.add_row(
+                "inspector time",
+                f"{1000 * stats.hook_seconds / stats.step:.2f} ms per step on the scheduler thread "
+                f"({stats.counters.unobserved_steps} of {stats.step} steps unobserved)",
+            )
     table.add_row("engine start", f"{summary.engine_start_s:.1f} s")
     table.add_row("output digest", f"{summary.output_digest} (same seed, same digest)")
     stdout.print(table)

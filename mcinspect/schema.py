@@ -405,6 +405,8 @@ class Stats(_Message):
     """Steps verified by the engine-side self-check (MCINSPECT_SELF_CHECK=1), else 0."""
     self_check_failures: int = 0
     self_check_first_failure: str = ""
+    hook_seconds: float = 0.0
+    """Time the scheduler thread spent inside mcinspect's hooks (capture included)."""
 
 
 class ErrorReply(_Message):
