@@ -19,6 +19,9 @@ from typing import Any
 import pytest
 from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
 
+from mcinspect.recording import RecordingReader
+from mcinspect.schema import CowEvent, Delta
+
 pytestmark = pytest.mark.slow
 
 REQUESTS = 160
@@ -97,6 +100,8 @@ def test_long_clean_run_has_no_violations(name: str) -> None:
     assert run.summary["stats"]["evicted_mamba_slots"] > 0
     check = subprocess.run([MCINSPECT, "check", str(recording_of(CONFIGS[name])), "--json"], capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, (check.stdout[:3000], check.stderr[-3000:])
+    cows = [e for frame in RecordingReader(recording_of(CONFIGS[name])) if isinstance(frame, Delta) for e in frame.events if isinstance(e, CowEvent)]
+    assert sum(len(e.sources) for e in cows) > 0  # T3 saw real copy-on-writes (and found them exact)
 
 
 def test_extra_buffer_with_overlap_gives_each_request_two_ping_pong_slots() -> None:
