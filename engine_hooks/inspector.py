@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import msgspec
@@ -47,6 +48,7 @@ class Inspector:
     """One per scheduler process; built in the AFTER hook of `Scheduler.__init__`."""
 
     def __init__(self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink) -> None:
+        began = time.perf_counter()
         from sglang.srt.runtime_context import get_parallel
 
         parallel = get_parallel()
@@ -87,6 +89,8 @@ class Inspector:
         )
         self.publisher.start()
         self.server.start()
+        self._setup_seconds = errors.seconds + time.perf_counter() - began
+        """Hook time until now (this first full capture included): not the engine's serving cost."""
 
     def on_step(self, scheduler: Any, batch: Any) -> None:
         """After `process_batch_result`: capture, number and publish this step's delta, or,
@@ -173,7 +177,7 @@ class Inspector:
             self_check_steps=check.steps if check else 0,
             self_check_failures=check.failures if check else 0,
             self_check_first_failure=check.first_failure if check else "",
-            hook_seconds=self.errors.seconds,
+            hook_seconds=self.errors.seconds - self._setup_seconds,
         )
 
 

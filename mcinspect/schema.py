@@ -406,7 +406,8 @@ class Stats(_Message):
     self_check_failures: int = 0
     self_check_first_failure: str = ""
     hook_seconds: float = 0.0
-    """Time the scheduler thread spent inside mcinspect's hooks (capture included)."""
+    """Time the scheduler thread spent inside mcinspect's hooks since the inspector started
+    (capture included; its first full capture, at engine start, not)."""
 
 
 class ErrorReply(_Message):
