@@ -1,0 +1,55 @@
+"""ContentCapture (engine side of T1) on sglang 0.5.23's real mamba pool (CPU tensors): when a
+tree slot is first fingerprinted, how soon an in-place change is seen, and what is dropped."""
+
+from __future__ import annotations
+
+from mcinspect_engine_hooks.cpu_engine import patches
+
+patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
+
+import torch  # noqa: E402
+from cpu_cache import build_cache  # noqa: E402
+
+from mcinspect.schema import SlotId, Step  # noqa: E402
+from mcinspect_engine_hooks.contents import RECHECK_EVERY, ContentCapture  # noqa: E402
+from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
+
+
+def test_fingerprints_follow_ownership_and_in_place_changes() -> None:
+    scheduler = build_cache()
+    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
+    generator = torch.Generator().manual_seed(0)
+    for state in [*cache.conv, cache.temporal]:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+
+    def truth(slot: int) -> int:
+        return fingerprint_slots(list(cache.conv), cache.temporal, torch.tensor([slot])).fingerprint.item()
+
+    contents = ContentCapture(scheduler)
+    assert RECHECK_EVERY == 4  # the steps below are laid out for it
+    # step 1: node 7 takes slot 3; its producing forward may still run: not read yet
+    assert contents.capture(Step(1), {3: 7}) == ({}, [])
+    # step 2: owned by the same node for a whole step: first fingerprint
+    fresh, dropped = contents.capture(Step(2), {3: 7})
+    first = fresh[SlotId(3)].fingerprint
+    assert list(fresh) == [SlotId(3)] and first == truth(3) and dropped == []
+    # step 3: the cached state is overwritten in place (the bug T1 catches); no new slot, no recheck yet
+    cache.temporal[:, 3] += 1.0
+    assert contents.capture(Step(3), {3: 7}) == ({}, [])
+    # step 4: the recheck sees it
+    fresh, _ = contents.capture(Step(4), {3: 7})
+    assert fresh[SlotId(3)].fingerprint == truth(3) != first and fresh[SlotId(3)].step == 4
+    # step 5: node 9 takes slot 5 (not stable yet); step 6: its first fingerprint, slot 3 unchanged
+    assert contents.capture(Step(5), {3: 7, 5: 9}) == ({}, [])
+    fresh, _ = contents.capture(Step(6), {3: 7, 5: 9})
+    assert list(fresh) == [SlotId(5)]
+    # step 7: slot 3 left the tree: its fingerprint describes nothing any more
+    fresh, dropped = contents.capture(Step(7), {5: 9})
+    assert fresh == {} and dropped == [SlotId(3)] and set(contents.current()) == {SlotId(5)}
+    # a cleared slot cached again reads as all zeros (what T1 reports as never written)
+    cache.temporal[:, 6] = 0
+    for state in cache.conv:
+        state[:, 6] = 0
+    contents.capture(Step(8), {5: 9, 6: 11})
+    fresh, _ = contents.capture(Step(9), {5: 9, 6: 11})
+    assert fresh[SlotId(6)].zero and not contents.current()[SlotId(5)].zero
