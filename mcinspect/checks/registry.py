@@ -191,7 +191,8 @@ CHECKS: dict[str, CheckSpec] = {
             needs=("fingerprints", "events"),
             checked="a tree-owned slot's newer fingerprint equals the last one taken under the same node; "
             "fingerprints taken at this boundary: no NaN/Inf in a slot in use, no all-zero tree slot",
-            blind_to="changes undone before the next fingerprint; slots the engine did not fingerprint again",
+            blind_to="changes undone before the next fingerprint (the engine re-fingerprints a cached slot every "
+            "4 captures, or per MCINSPECT_FINGERPRINT_BUDGET on GPUs); slots the engine did not fingerprint again",
             run=check_content,
         ),
         CheckSpec(
