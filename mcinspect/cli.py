@@ -6,6 +6,7 @@ import enum
 import json
 import os
 import signal
+import threading
 import sys
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -266,16 +267,18 @@ def record(
 
     where = _target(target)
     stderr.print(f"recording {where.host}:{where.port} to {output}; Ctrl-C stops", highlight=False)
+    # Ctrl-C / kill set a flag the loop reads between frames: a KeyboardInterrupt could land in
+    # a finalizer, where Python ignores it, and the recording would never stop.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     try:
-        result = record_stream(where, output, token=token, steps=steps)
-    except KeyboardInterrupt:
-        result = None
+        result = record_stream(where, output, token=token, steps=steps, stop=stop)
     except (EngineUnreachable, EngineRefused, RecordingError) as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror}")
-    if result is not None:
-        stderr.print(f"wrote {output}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs", highlight=False)
+    stderr.print(f"wrote {output}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs", highlight=False)
 
 
 @app.command()
