@@ -140,7 +140,10 @@ def run_live_demo(workdir: Path) -> Iterator[LiveDemo]:
     finally:
         if recorder is not None and recorder.poll() is None:
             recorder.send_signal(signal.SIGINT)
-            recorder.communicate(timeout=30)
+            try:
+                recorder.communicate(timeout=30)
+            except subprocess.TimeoutExpired:  # still stop the engine below; the test has failed already
+                recorder.kill()
         for session in sessions:
             session.close()
         process.send_signal(signal.SIGINT)
