@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from ..schema import NodeId, NodeRecord, Runs
 from .source import NodeChanges
-from .tree_index import changed_nodes
+from .tree_index import node_changes
 
 _FILL_LEN = 1 << 16
 _FILLS: dict[int, memoryview] = {}
@@ -75,11 +75,7 @@ class TreePages:
         known, name the nodes that differ (else an identity scan finds them)."""
         pages = TreePages(0, self.page_size, self.value)
         pages.flags, pages.extra = bytearray(self.flags), dict(self.extra)
-        if changes is None:
-            changed, removed = changed_nodes(old, new)
-        else:
-            changed = [new[node_id] for node_id in changes.upserted if node_id in new]
-            removed = {node_id for node_id in changes.removed if node_id in old and node_id not in new}
+        changed, removed = node_changes(old, new, changes)
         for node_id in removed:
             pages._remove_node(old[node_id])
         for node in changed:

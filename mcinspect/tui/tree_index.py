@@ -49,6 +49,17 @@ def changed_nodes(old: dict[NodeId, NodeRecord], new: dict[NodeId, NodeRecord]) 
     return [new[node_id] for node_id in changed], removed
 
 
+def node_changes(
+    old: dict[NodeId, NodeRecord], new: dict[NodeId, NodeRecord], changes: NodeChanges | None
+) -> tuple[list[NodeRecord], set[NodeId]]:
+    """`changed_nodes`, from the frame's own delta when the source knows it (no scan)."""
+    if changes is None:
+        return changed_nodes(old, new)
+    changed = [new[node_id] for node_id in changes.upserted if node_id in new]
+    removed = {node_id for node_id in changes.removed if node_id in old and node_id not in new}
+    return changed, removed
+
+
 def patch_children(
     old_nodes: dict[NodeId, NodeRecord],
     old_index: ChildIndex,
@@ -63,11 +74,7 @@ def patch_children(
         return old_index
     if any(old_nodes[top].parent != ROOT_PARENT for top in old_index.get(ROOT_PARENT, ())):
         return None  # orphans in the old frame: a new node may be their missing parent
-    if changes is None:
-        changed, removed = changed_nodes(old_nodes, nodes)
-    else:
-        changed = [nodes[node_id] for node_id in changes.upserted if node_id in nodes]
-        removed = {node_id for node_id in changes.removed if node_id in old_nodes and node_id not in nodes}
+    changed, removed = node_changes(old_nodes, nodes, changes)
     for node_id in removed:
         for child in old_index.get(node_id, ()):
             if child not in removed and (child not in nodes or nodes[child].parent == node_id):
