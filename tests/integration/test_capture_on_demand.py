@@ -5,13 +5,12 @@ self-check against a full re-read and sglang's own counters), busy or idle."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import threading
 import time
 
 import pytest
-from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
+from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
 
 from mcinspect.client import EngineUnreachable, request
 from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, Stats
@@ -61,9 +60,4 @@ def test_unwatched_steps_are_skipped_and_snapshots_catch_up() -> None:
             late.connect()
             assert late.latest().state == final.state
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    assert tagged_processes(tag) == [], "engine processes left behind"
+        stop_served_demo(process, tag)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -50,3 +52,13 @@ def tagged_processes(tag: str, wait_s: float = 15.0) -> list[str]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
+
+
+def stop_served_demo(process: subprocess.Popen[str], tag: str) -> None:
+    """Ctrl-C a `mcinspect demo --serve` (killed after 60 s) and check none of its processes stay."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    assert tagged_processes(tag) == [], "engine processes left behind"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
-from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
+from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
 
 from mcinspect.client import EngineUnreachable, request
 from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, encoder
@@ -146,9 +146,4 @@ def run_live_demo(workdir: Path) -> Iterator[LiveDemo]:
                 recorder.kill()
         for session in sessions:
             session.close()
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        assert tagged_processes(tag) == [], "engine processes left behind"
+        stop_served_demo(process, tag)
