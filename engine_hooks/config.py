@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .live_cadence import DEFAULT_BUDGET
+
 PORT_ENV = "MCINSPECT_PORT"
 HOST_ENV = "MCINSPECT_HOST"
 TOKEN_ENV = "MCINSPECT_TOKEN"
 CAPTURE_ENV = "MCINSPECT_CAPTURE"
 CAPTURE_MODES = ("on-demand", "every-step")
 """on-demand: capture at a step boundary only while a client is subscribed to the stream (or a
-snapshot is asked for); every-step: always (what --self-check and --verify default to)."""
+snapshot is asked for), every step if one asked for it, else as the live budget allows;
+every-step: always (what --self-check and --verify default to)."""
+LIVE_BUDGET_ENV = "MCINSPECT_LIVE_BUDGET"
+"""Share of the scheduler thread's time the inspector may use for live clients (live_cadence.py)."""
 LOOPBACK = "127.0.0.1"
 PORTS_PER_PROCESS = 2
 """Each scheduler process binds a request port and, next to it, a stream port."""
@@ -30,6 +35,7 @@ class HooksConfig:
     token: str = ""
     capture: str = ""
     """One of CAPTURE_MODES, or "" for the default (see Inspector)."""
+    live_budget: float = DEFAULT_BUDGET
 
     @classmethod
     def from_env(cls) -> HooksConfig | None:
@@ -48,7 +54,14 @@ class HooksConfig:
         capture = os.environ.get(CAPTURE_ENV, "")
         if capture and capture not in CAPTURE_MODES:
             raise ConfigError(f"{CAPTURE_ENV}={capture!r}: choose one of {', '.join(CAPTURE_MODES)}")
-        return cls(base_port=port, host=host, token=token, capture=capture)
+        raw_budget = os.environ.get(LIVE_BUDGET_ENV, str(DEFAULT_BUDGET))
+        try:
+            live_budget = float(raw_budget)
+        except ValueError:
+            live_budget = -1.0
+        if not 0 < live_budget <= 1:
+            raise ConfigError(f"{LIVE_BUDGET_ENV}={raw_budget!r}: give a share of time in (0, 1], e.g. 0.01")
+        return cls(base_port=port, host=host, token=token, capture=capture, live_budget=live_budget)
 
     def request_port(self, *, tp_rank: int, tp_size: int, pp_rank: int, pp_size: int, dp_rank: int) -> int:
         """base + 2 * (global rank); global rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank."""

@@ -35,6 +35,9 @@ class CowHooks:
         self._pending: tuple[Any, Any, Any] | None = None
 
     def before(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        if not self.sink.observed:  # nobody will see this step's events
+            self._pending = None
+            return
         self._pending = (
             getattr(forward_batch, "mamba_cow_src_indices", None),
             getattr(forward_batch, "mamba_cow_dst_indices", None),
@@ -43,10 +46,10 @@ class CowHooks:
 
     def after(self, ret: Any, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         pending, self._pending = self._pending, None
-        if not self.sink.observed:  # nobody will see this step's events
+        if pending is None:  # a step nobody observes (or before() did not run)
             return
         ran = getattr(forward_batch, "mamba_cow_src_indices", None) is None and getattr(forward_batch, "mamba_clear_indices", None) is None
-        if pending is None or not ran:  # not an extend forward: sglang left the ids for later
+        if not ran:  # not an extend forward: sglang left the ids for later
             return
         sources, destinations, cleared = (t if t is not None and t.numel() else None for t in pending)
         if sources is None and cleared is None:

@@ -79,7 +79,8 @@ class EventSink:
         self._evict_depth = 0
         self.observed = True
         """Whether the current step will be captured (set by the inspector at each boundary):
-        hooks whose only product is costly evidence for clients (cow_hooks) skip it when not."""
+        when not, its events are not kept (evictions aside) and hooks whose only product is an
+        event skip building it."""
         self.request: Any = None
         """The request of the latest match / release / checkpoint: who a lock move is for."""
         self.checkpointing: Any = None
@@ -87,7 +88,10 @@ class EventSink:
     # --- written by hooks ---
 
     def emit(self, cls: type, **fields: Any) -> None:
-        """Queue event `cls(step=..., **fields)`; slot fields may still be DeferredSlot(s)."""
+        """Queue event `cls(step=..., **fields)`; slot fields may still be DeferredSlot(s).
+        In a step nobody observes only evictions are kept (the stats count them)."""
+        if not self.observed and cls is not EvictEvent:
+            return
         if len(self._pending) >= self.max_events:
             self.dropped_events += 1
             return
@@ -175,6 +179,9 @@ class EventSink:
     def drain_evictions(self, step: Step) -> list[EvictEvent]:
         """Only the EvictEvents since the last drain; the others are discarded unconverted
         (a step nobody observes: its stats still count evictions)."""
+        eviction = self._eviction
+        if not (self._pending or self._evict_depth or eviction.nodes or eviction.slots or eviction.tokens):
+            return []  # the usual step: nothing to take
         evictions = [(cls, fields) for cls, fields in self._take() if cls is EvictEvent]
         return self._convert(evictions, step) if evictions else []  # type: ignore[return-value]
 

@@ -124,6 +124,8 @@ class _CacheHooks:
         self.sink = sink
 
     def matched(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        if not self.sink.observed:  # the event, and the lock attribution it starts
+            return
         req = _arg(args, kwargs, 0, "params").req
         if req is not None:
             self.sink.request = req
@@ -138,7 +140,7 @@ class _CacheHooks:
 
     def locked(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         node_id = _arg(args, kwargs, 0, "node_id")
-        if ret is None:  # a streaming session's virtual node: no tree lock taken
+        if ret is None or not self.sink.observed:  # None: a streaming session's virtual node
             return
         sink = self.sink
         req = sink.checkpointing
@@ -148,16 +150,19 @@ class _CacheHooks:
 
     def unlocking(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         lock = _arg(args, kwargs, 0, "lock")
-        if lock is None:
+        if lock is None or not self.sink.observed:
             return
         owner = next((r for r in (self.sink.checkpointing, self.sink.request) if r is not None and r.lock is lock), None)
         rid = Rid(owner.rid if owner is not None else "")
         self.sink.emit(LockEvent, node=NodeId(lock.node), rid=rid, locked=False)
 
     def releasing_row(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
-        self.sink.request = _arg(args, kwargs, 0, "req")
+        if self.sink.observed:  # lock attribution, for events only
+            self.sink.request = _arg(args, kwargs, 0, "req")
 
     def checkpoint_begin(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        if not self.sink.observed:  # lock attribution, for events only
+            return
         req = _arg(args, kwargs, 0, "req")
         self.sink.request = req
         self.sink.checkpointing = req
@@ -178,6 +183,8 @@ class _CacheHooks:
 
     def inserting(self, component: Any, /, *args: Any, **kwargs: Any) -> None:
         """Before cleanup_after_caching_req: the insert is done, the request not yet reset."""
+        if not self.sink.observed:
+            return
         req = _arg(args, kwargs, 0, "req")
         is_finished = _arg(args, kwargs, 1, "is_finished")
         result = _arg(args, kwargs, 2, "insert_result")
@@ -199,7 +206,7 @@ class _CacheHooks:
 
     def released(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         req = _arg(args, kwargs, 0, "req")
-        if req.finished():
+        if self.sink.observed and req.finished():
             self.sink.emit(RequestEvent, rid=Rid(req.rid), what="finish")
 
 
@@ -213,7 +220,8 @@ class _PoolHooks:
         if ret is None:
             return
         self.sink.slot_changed(ret)  # a slice of a free list that sglang never edits in place
-        self.sink.emit(SlotEvent, slots=DeferredSlots([ret]), allocated=True)
+        if self.sink.observed:
+            self.sink.emit(SlotEvent, slots=DeferredSlots([ret]), allocated=True)
 
     def freeing(self, allocator: Any, /, *args: Any, **kwargs: Any) -> None:
         free_index = _arg(args, kwargs, 0, "free_index")
@@ -222,9 +230,12 @@ class _PoolHooks:
         # Often a view of a device mirror row that is reused later in the step: copy it now.
         slots = free_index.detach().clone()
         self.sink.slot_changed(slots)
-        self.sink.emit(SlotEvent, slots=DeferredSlots([slots]), allocated=False)
+        if self.sink.observed:
+            self.sink.emit(SlotEvent, slots=DeferredSlots([slots]), allocated=False)
 
     def group_begin(self, allocator: Any, /, *args: Any, **kwargs: Any) -> None:
+        if not self.sink.observed:  # only a capture inside the group could show its slots
+            return
         num_reqs = _arg(args, kwargs, 0, "num_reqs")
         fits = 0 < num_reqs <= allocator.available_size()
         self.sink.admission = allocator.free_slots[:num_reqs] if fits else None
@@ -233,13 +244,15 @@ class _PoolHooks:
         self.sink.admission = None
 
     def admitting(self, batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        if not self.sink.observed:
+            return
         for req in batch.reqs:
             if not req.kv.holds_kv:  # a continuing chunk keeps its row
                 self.sink.emit(RequestEvent, rid=Rid(req.rid), what="admit")
 
     def prefill_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         req = _arg(args, kwargs, 0, "req")
-        if not ret.track_mask:
+        if not ret.track_mask or not self.sink.observed:
             return
         # The buffer entry is rewritten in place when the slot is donated: copy it now.
         slot = req.kv.mamba_ping_pong_track_buffer[ret.track_position].clone()
@@ -247,6 +260,8 @@ class _PoolHooks:
         self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=DeferredSlot(slot), position=position)
 
     def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        if not self.sink.observed:
+            return
         mask = getattr(batch, "mamba_track_mask_cpu", None)
         if not mask or True not in mask:
             return
@@ -259,7 +274,8 @@ class _PoolHooks:
 
     def retracted(self, ret: Any, req: Any, /, *args: Any, **kwargs: Any) -> None:
         """After Req.reset_for_retract (`req` is the method's self)."""
-        self.sink.emit(RequestEvent, rid=Rid(req.rid), what="retract")
+        if self.sink.observed:
+            self.sink.emit(RequestEvent, rid=Rid(req.rid), what="retract")
 
 
 HookPoint = tuple[str, str, Callable[..., None]]

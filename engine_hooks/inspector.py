@@ -11,7 +11,9 @@ next capture (a subscriber arrived, or a snapshot was asked for) is one delta th
 with everything since, at the cost of what changed. That delta's events cover its own step
 only: `Counters.unobserved_steps` tells clients the events before it are gone. A snapshot
 request waits up to SNAPSHOT_WAIT_S for that catch-up; an idle engine catches up in
-`Scheduler.on_idle`. MCINSPECT_CAPTURE=every-step captures every step regardless.
+`Scheduler.on_idle`. With subscribers, every step is captured if one of them asked for it
+(EVERY_STEP_TOPIC: recorders, checkers), else the live stream captures as often as the time
+budget allows (live_cadence.py). MCINSPECT_CAPTURE=every-step captures every step regardless.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .config import HooksConfig
 from .contents import ContentCapture
 from .events import EventSink
 from .guard import ErrorCounter
+from .live_cadence import LiveCadence
 from .publisher import Publisher
 from .self_check import SelfCheck
 from .server import RequestServer
@@ -73,6 +76,7 @@ class Inspector:
         self.self_check = SelfCheck.from_env()
         checking = self.verifier is not None or self.self_check is not None
         self.every_step = config.capture == "every-step" or (not config.capture and checking)
+        self.cadence = LiveCadence(config.live_budget)
         self.stats = StatsCollector(mamba_pool_size=self.capture.size)
         self.publisher = Publisher(config.host, self.port + 1)
         info = engine_info(
@@ -97,22 +101,35 @@ class Inspector:
         with nobody watching, only count the step."""
         self._step += 1
         step = Step(self._step)
-        if self.sink.observed or self._wanted.is_set():
-            events = self.sink.drain(step)
-            self.stats.on_step(scheduler, events)
-            self._capture(scheduler, batch, step, events)
-        else:
+        observed = self.sink.observed  # planned at the previous boundary: its hooks kept evidence
+        events = self.sink.drain(step) if observed else self.sink.drain_evictions(step)
+        self.stats.on_step(scheduler, events, observed=observed)
+        if not observed:
             self._unobserved += 1
-            self.stats.on_step(scheduler, self.sink.drain_evictions(step))
-        self.sink.observed = self.every_step or self.publisher.watched  # for the step now starting
+        if observed or self._wanted.is_set():
+            self._capture(scheduler, batch, step, events if observed else [])
+        self.sink.observed = self._observe_next()
+
+    def _observe_next(self) -> bool:
+        """Whether the step now starting will be captured at its end."""
+        if self.every_step or self.publisher.every_step:
+            return True
+        if not self.publisher.watched:
+            return False
+        return self.cadence.due_next(time.perf_counter(), self.errors.seconds)
 
     def on_idle(self, scheduler: Any) -> None:
-        """After `Scheduler.on_idle` (no batch to run): catch up if someone waits for it."""
-        if self._captured_step < self._step and (self._wanted.is_set() or self.publisher.watched):
+        """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
+        or for subscribers when the live stream's cadence allows."""
+        if self._captured_step >= self._step:
+            return
+        live = self.publisher.watched and self.cadence.idle_due(time.perf_counter(), self.errors.seconds)
+        if self._wanted.is_set() or live:
             step = Step(self._step)
             self._capture(scheduler, None, step, self.sink.drain(step))
 
     def _capture(self, scheduler: Any, batch: Any, step: Step, events: list[Event]) -> None:
+        began, spent = time.perf_counter(), self.errors.seconds
         with self._lock:  # snapshots and stats replies read the same state on the request thread
             parts = self.capture.step(step, batch)
             owners = self.capture.tree_owners()
@@ -129,6 +146,7 @@ class Inspector:
                 self.self_check.after_step(self.capture, scheduler, step)
             self._captured_step = int(step)
         self.publisher.publish(delta)
+        self.cadence.captured(began, spent)
         if self._wanted.is_set():
             self._wanted.clear()
             with self._fresh:

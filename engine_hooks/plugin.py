@@ -7,8 +7,8 @@ error in mcinspect is counted and logged, never raised into the scheduler.
 | sglang 0.5.23 method | hook | what mcinspect does |
 |---|---|---|
 | `managers.scheduler.Scheduler.__init__` | after | build the Inspector: first full capture, bind ports |
-| `managers.scheduler.Scheduler.process_batch_result` | after | step boundary: capture, fingerprint, publish a delta (or, with no client subscribed, count the step) |
-| `managers.scheduler.Scheduler.on_idle` | after | no batch to run: catch up if a client or a snapshot request waits |
+| `managers.scheduler.Scheduler.process_batch_result` | after | step boundary: capture, fingerprint, publish a delta (or, with no client subscribed or the live budget spent, count the step) |
+| `managers.scheduler.Scheduler.on_idle` | after | no batch to run: catch up if a snapshot request waits or the live stream is due |
 | (the cache, tree core and pool hooks of `events.py`) | before / after | events and dirty marks |
 """
 

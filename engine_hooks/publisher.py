@@ -6,7 +6,8 @@ a full queue drops the delta (counted; clients see the seq gap and recover), and
 subscriber is dropped by ZMQ itself once its send high-water mark is reached.
 
 XPUB (a PUB that hears subscriptions) lets the same thread tell the scheduler whether anyone
-is `watched`: without a subscriber the inspector skips per-step capture (inspector.py).
+is `watched` (without a subscriber the inspector skips per-step capture) and whether some
+subscriber wants `every_step` (else the live stream follows the time budget; inspector.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import NamedTuple
 import msgspec
 import zmq
 
-from mcinspect.schema import STREAM_TOPIC, Delta
+from mcinspect.schema import EVERY_STEP_TOPIC, STREAM_TOPIC, Delta
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
@@ -68,7 +69,8 @@ class Publisher:
         self._published = 0
         self._counter_lock = threading.Lock()
         self._stop = threading.Event()
-        self._subscribed_topics = 0
+        self._topics: frozenset[bytes] = frozenset()
+        """Topics some subscriber holds (replaced whole: the scheduler thread reads it unlocked)."""
         self._socket = zmq.Context.instance().socket(zmq.XPUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         # Per-subscriber bound: past it ZMQ drops messages for that subscriber only.
@@ -95,8 +97,13 @@ class Publisher:
 
     @property
     def watched(self) -> bool:
-        """Whether some client is subscribed (read by the scheduler thread; an int read is atomic)."""
-        return self._subscribed_topics > 0
+        """Whether some client is subscribed to the stream (read by the scheduler thread)."""
+        return STREAM_TOPIC in self._topics
+
+    @property
+    def every_step(self) -> bool:
+        """Whether some subscribed client asked for every step (EVERY_STEP_TOPIC)."""
+        return EVERY_STEP_TOPIC in self._topics
 
     @property
     def published(self) -> int:
@@ -171,7 +178,7 @@ class Publisher:
             self._published += 1
 
     def _read_subscriptions(self) -> None:
-        """Count subscribed topics. Without XPUB_VERBOSE, ZMQ passes on only a topic's first
+        """Track subscribed topics. Without XPUB_VERBOSE, ZMQ passes on only a topic's first
         subscription and its last unsubscription (also when a subscriber's connection dies)."""
         while True:
             try:
@@ -179,9 +186,9 @@ class Publisher:
             except zmq.Again:
                 return
             if message[:1] == b"\x01":
-                self._subscribed_topics += 1
+                self._topics = self._topics | {message[1:]}
             elif message[:1] == b"\x00":
-                self._subscribed_topics = max(0, self._subscribed_topics - 1)
+                self._topics = self._topics - {message[1:]}
 
     def _count_drop(self) -> None:
         with self._counter_lock:

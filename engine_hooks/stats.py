@@ -1,5 +1,5 @@
 """Running counters of one scheduler process for the demo summary and `mcinspect info`
-(cheap: O(running requests) a step)."""
+(cheap: O(1) a step, O(running requests) on the steps that sample the requests' slots)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from typing import Any
 from mcinspect.schema import SCHEMA_VERSION, EvictEvent, Event, SlotLayout, Stats
 
 from .tensor_runs import ints_of_many
+
+SAMPLE_EVERY = 8
+"""Steps nobody observes look at the running requests' slots only this often (the layouts and
+the distribution of slots per request do not need every step; the hooks' cost does)."""
 
 
 class StatsCollector:
@@ -26,27 +30,39 @@ class StatsCollector:
         self.slots_per_request: Counter[int] = Counter()
         self.example_layouts: dict[int, SlotLayout] = {}
 
-    def on_step(self, scheduler: Any, events: list[Event]) -> None:
-        """After `process_batch_result`: pool occupancy, each running request's slots, evictions.
-        Slot counts come from the requests' Python fields; slot ids are read (a device copy)
-        only for the first request seen with a new count."""
-        allocator = scheduler.req_to_token_pool.mamba_allocator
-        in_use = self.mamba_pool_size - allocator.available_size()
-        held = [(req, _slots_held(req.kv)) for req in scheduler.running_batch.reqs if req.kv.mamba_pool_idx is not None]
-        new = [req for req, count in held if count not in self.example_layouts]
-        layouts = _layouts(new) if new else []
-        evictions = [event for event in events if isinstance(event, EvictEvent)]
+    def on_step(self, scheduler: Any, events: list[Event], *, observed: bool) -> None:
+        """After `process_batch_result`: pool occupancy, evictions, and on observed steps (and
+        every SAMPLE_EVERY-th) each running request's slots. Slot counts come from the requests'
+        Python fields; slot ids are read (a device copy) only for the first request seen with a
+        new count. The usual step touches a few ints only: this runs at every step, right
+        after the forward, when little of it is in the CPU's caches."""
+        in_use = self.mamba_pool_size - len(scheduler.req_to_token_pool.mamba_allocator.free_slots)
+        self.step += 1  # plain ints: snapshot() may read them a step apart, never torn
+        self.slots_in_use = in_use
+        if in_use > self.slots_peak:
+            self.slots_peak = in_use
+        if events:
+            self._count_evictions(events)
+        if observed or self.step % SAMPLE_EVERY == 0:
+            self._sample_requests(scheduler.running_batch.reqs)
+
+    def _count_evictions(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, EvictEvent):
+                with self._lock:
+                    self.evicted_mamba_slots += len(event.slots)
+                    self.evicted_tokens += event.tokens
+
+    def _sample_requests(self, running: list[Any]) -> None:
+        reqs = [req for req in running if req.kv.mamba_pool_idx is not None]
+        counts = [_slots_held(req.kv) for req in reqs]
+        layouts = []
+        if not self.example_layouts.keys() >= set(counts):
+            layouts = _layouts([req for req, count in zip(reqs, counts) if count not in self.example_layouts])
         with self._lock:
-            self.step += 1
-            self.slots_in_use = in_use
-            self.slots_peak = max(self.slots_peak, in_use)
-            for _, count in held:
-                self.slots_per_request[count] += 1
+            self.slots_per_request.update(counts)
             for layout in layouts:
                 self.example_layouts.setdefault(1 + len(layout.ping_pong), layout)
-            for event in evictions:
-                self.evicted_mamba_slots += len(event.slots)
-                self.evicted_tokens += event.tokens
 
     def snapshot(self, hook_errors: int) -> Stats:
         with self._lock:

@@ -35,6 +35,14 @@ TokenOption = Annotated[
     str, typer.Option(envvar="MCINSPECT_TOKEN", help="Token the engine requires off loopback.", show_default=False)
 ]
 TimeoutOption = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for each answer.")]
+EveryStepOption = Annotated[
+    bool,
+    typer.Option(
+        "--every-step/--live",
+        help="Have the engine capture every scheduler step for this view (~1 ms a step on the CPU demo); "
+        "--live: as often as its time budget allows, a few frames a second (MCINSPECT_LIVE_BUDGET, default 1%).",
+    ),
+]
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -86,6 +94,10 @@ def demo(
     serve: Annotated[bool, typer.Option(help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal.")] = False,
     self_check: Annotated[bool, typer.Option(help="Verify every captured step against a full re-read and sglang's counters (slow; for debugging mcinspect).")] = False,
     engine_log_level: Annotated[str, typer.Option(help="sglang's log level (info shows every batch).")] = "error",
+    every_step: Annotated[
+        Optional[bool],
+        typer.Option("--every-step/--live", help="TUI: every scheduler step, or the live stream (default: every step with --fault, else live).", show_default=False),
+    ] = None,
 ) -> None:
     """Run the real SGLang engine on the CPU with a tiny Qwen3-Next and a cache workload.
 
@@ -120,7 +132,7 @@ def demo(
         verify_recompute=verify,
     )
     if not headless:
-        _demo_with_tui(config, requests, token="")
+        _demo_with_tui(config, requests, token="", every_step=fault is not None if every_step is None else every_step)
         return
     try:
         with progress(config, requests) as (on_started, on_wave):
@@ -382,7 +394,7 @@ def list_checks() -> None:
     print_checks(CHECKS.values())
 
 
-def _demo_with_tui(config: EmbeddedEngineConfig, requests: int, token: str) -> None:
+def _demo_with_tui(config: EmbeddedEngineConfig, requests: int, token: str, every_step: bool) -> None:
     from mcinspect_engine_hooks.cpu_engine.launcher import EngineDied, EngineStartError
 
     from .demo import run_demo_in_background
@@ -390,7 +402,7 @@ def _demo_with_tui(config: EmbeddedEngineConfig, requests: int, token: str) -> N
 
     try:
         with run_demo_in_background(config, requests):
-            run_attach(Target("127.0.0.1", config.inspector_port), token)
+            run_attach(Target("127.0.0.1", config.inspector_port), token, every_step)
     except (EngineStartError, EngineDied) as exc:
         fail(str(exc))
 
@@ -399,11 +411,12 @@ def _demo_with_tui(config: EmbeddedEngineConfig, requests: int, token: str) -> N
 def attach(
     target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks.")],
     token: TokenOption = "",
+    every_step: EveryStepOption = False,
 ) -> None:
     """The TUI on a live engine: tree, slot map, page map, requests, events, violations, time travel."""
     from .tui import run_attach
 
-    run_attach(_target(target), token)
+    run_attach(_target(target), token, every_step)
 
 
 @app.command()

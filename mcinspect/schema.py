@@ -28,6 +28,12 @@ MAX_REQUEST_BYTES = 64 * 1024
 STREAM_TOPIC = b"delta"
 """First frame of every stream message: [STREAM_TOPIC, seq (8 bytes, big-endian), msgpack Delta]."""
 
+EVERY_STEP_TOPIC = b"every-step"
+"""A subscription that matches no message: a client that also subscribes to it asks the engine
+to capture every scheduler step (a recorder, a checker). Without one, subscribers get the live
+stream: captures as often as the inspector's time budget allows (engine_hooks/live_cadence.py).
+ZMQ tells the engine when the last such subscriber leaves, also when its process dies."""
+
 INLINE_TOKENS = 32
 """A node carries its whole key up to this many tokens, else the first INLINE_TOKENS."""
 
@@ -272,8 +278,8 @@ class Counters(msgspec.Struct, frozen=True):
     hook_errors: int = 0
     rejected_requests: int = 0
     unobserved_steps: int = 0
-    """Steps not captured because no client was subscribed (their events are gone; the state
-    caught up at the next capture)."""
+    """Steps whose events are gone: not captured because no client was subscribed, or skipped
+    by the live stream's time budget (the state caught up at the next capture)."""
 
     def events_continue(self, previous: Counters) -> bool:
         """Whether a frame with these counters carries every event since one with `previous`:
@@ -397,7 +403,8 @@ class Stats(_Message):
     evicted_tokens: int
     hook_errors: int
     slots_per_request: dict[int, int]
-    """Histogram: slots held by one running request (working + ping-pong) -> observations."""
+    """Histogram: slots held by one running request (working + ping-pong) -> observations (every
+    captured step, and every 8th step nobody observed)."""
     example_layouts: list[SlotLayout]
     """One observed layout per distinct slot count, for the record."""
     counters: Counters = Counters()

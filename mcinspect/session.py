@@ -29,6 +29,7 @@ import zmq
 from .client import EngineRefused, EngineUnreachable, Requester, unreachable_reason
 from .frame_history import FrameEvicted, FrameHistory, delta_towards  # noqa: F401  (FrameEvicted: what state_at raises)
 from .schema import (
+    EVERY_STEP_TOPIC,
     SCHEMA_VERSION,
     STREAM_TOPIC,
     CacheState,
@@ -154,6 +155,7 @@ class Session:
         target: Target,
         *,
         token: str = "",
+        every_step: bool = True,
         timeout_s: float = 5.0,
         heartbeat_s: float = 2.0,
         history_size: int = 1000,
@@ -164,6 +166,10 @@ class Session:
         on_frame: Callable[[FrameInfo, Delta | Snapshot], None] | None = None,
     ) -> None:
         """Nothing connects until `connect()`.
+
+        every_step asks the engine to capture every scheduler step while this session is
+        subscribed (what recorders and checkers need); False takes the live stream, captured
+        as often as the engine's inspector time budget allows (a view: a few frames a second).
 
         timeout_s bounds every request. Every heartbeat_s without a reply the session asks
         whether the engine is still there and still the same process (Hello: the stream alone
@@ -179,6 +185,7 @@ class Session:
             raise ValueError("history_size and keyframe_every must be at least 1")
         self.target = target
         self._token = token
+        self._every_step = every_step
         self._timeout_s = timeout_s
         self._heartbeat_s = heartbeat_s
         self._rcv_hwm = rcv_hwm
@@ -353,6 +360,8 @@ class Session:
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.setsockopt(zmq.RCVHWM, self._rcv_hwm)
         self._sub.setsockopt(zmq.SUBSCRIBE, STREAM_TOPIC)
+        if self._every_step:
+            self._sub.setsockopt(zmq.SUBSCRIBE, EVERY_STEP_TOPIC)
         self._sub.connect(f"tcp://{self.target.host}:{stream_port}")
 
     def _call(self, message: Request) -> Reply:

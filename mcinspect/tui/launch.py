@@ -11,16 +11,19 @@ from .session_source import SessionSource
 from .violations import checks_checker
 
 
-def run_attach(target: Target, token: str) -> None:
+def run_attach(target: Target, token: str, every_step: bool = False) -> None:
     """Run the TUI on the scheduler process at `target` until the user quits."""
-    attach_app(target, token).run()
+    attach_app(target, token, every_step).run()
 
 
-def attach_app(target: Target, token: str) -> InspectorApp:
-    """The TUI on the scheduler process at `target` (`mcinspect attach`, `mcinspect demo`)."""
+def attach_app(target: Target, token: str, every_step: bool = False) -> InspectorApp:
+    """The TUI on the scheduler process at `target` (`mcinspect attach`, `mcinspect demo`);
+    every_step: a frame per scheduler step, else the engine's live stream (Session)."""
     from ..session import Session
 
-    source = SessionSource(lambda on_frame: Session(target, token=token, on_frame=on_frame), name=f"{target.host}:{target.port}")
+    source = SessionSource(
+        lambda on_frame: Session(target, token=token, every_step=every_step, on_frame=on_frame), name=f"{target.host}:{target.port}"
+    )
     return InspectorApp(source, checker=checks_checker(source.engine))
 
 

@@ -1,9 +1,11 @@
 """Engine throughput of the demo workload: hooks off / hooks on, no client / hooks on with a
-client streaming every delta (goal: >= 0.99x), and with fingerprint capture (goal >= 0.98x).
+client streaming (goal: >= 0.99x), and with fingerprint capture (goal >= 0.98x).
 
-"hooks on" captures on demand (nothing per step while nobody is subscribed); "every step"
-forces the per-step capture a subscribed client causes, without the client's own CPU use, and
-"no fingerprints" is that without slot fingerprints.
+"hooks on" captures on demand (nothing per step while nobody is subscribed). "+ live client"
+streams what a TUI gets by default: captures as often as the inspector's time budget allows
+(MCINSPECT_LIVE_BUDGET, 1% of the scheduler's time). "+ every-step client" asks for every step
+(what `mcinspect record` and `check` do). "every step" forces that capture without a client's
+own CPU use, and "no fingerprints" is that without slot fingerprints.
 
 On a shared 2-core machine the engine's own processes (scheduler, detokenizer) fill both cores
 and throughput varies by +-10% run to run, more than the effect measured. So each run also
@@ -13,7 +15,8 @@ cost, and 1 - share the throughput ratio it implies, a figure the noise hardly m
 
 Each variant is a separate `mcinspect demo --headless --json` process on the same seed; the
 variants are interleaved round by round so machine noise hits them alike, and the median of
-the rounds is compared. Prints tokens/s per variant and the ratios to hooks-off.
+the rounds is compared. Prints tokens/s per variant, the ratios to hooks-off, and the frames
+each client received.
 
 Run: `.venv/bin/python tests/bench/bench_engine_overhead.py [--rounds 3] [--requests 200]`
 """
@@ -38,11 +41,11 @@ from mcinspect.session import Session  # noqa: E402
 from mcinspect.target import Target  # noqa: E402
 
 
-def stream_until(port: int, done: threading.Event, frames: list[int]) -> None:
-    """A client that connects as soon as the engine is up and applies every delta."""
+def stream_until(port: int, done: threading.Event, frames: list[int], every_step: bool) -> None:
+    """A client that connects as soon as the engine is up and applies every delta it gets."""
     target = Target("127.0.0.1", port)
     while not done.is_set():
-        session = Session(target, timeout_s=2.0)
+        session = Session(target, timeout_s=2.0, every_step=every_step)
         try:
             session.connect()
         except EngineUnreachable:
@@ -61,6 +64,9 @@ class Run(NamedTuple):
     hook_share: float
     """Scheduler-thread time inside the hooks / workload wall time."""
     hook_ms_per_step: float
+    frames: int
+    """Frames the client received (0 without one)."""
+    steps: int
 
 
 def run(variant: str, requests: int) -> Run:
@@ -75,8 +81,9 @@ def run(variant: str, requests: int) -> Run:
         env["MCINSPECT_FINGERPRINT_BUDGET"] = "0"
     done, frames = threading.Event(), []
     client = None
-    if variant == "hooks on + client":
-        client = threading.Thread(target=stream_until, args=(port, done, frames), daemon=True)
+    if variant.startswith("hooks on + "):
+        every_step = variant == "hooks on + every-step client"
+        client = threading.Thread(target=stream_until, args=(port, done, frames, every_step), daemon=True)
         client.start()
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
     done.set()
@@ -90,6 +97,8 @@ def run(variant: str, requests: int) -> Run:
         summary["generated_tokens_per_s"],
         stats["hook_seconds"] / summary["workload_s"],
         1000 * stats["hook_seconds"] / max(stats["step"], 1),
+        sum(frames),
+        stats["step"],
     )
 
 
@@ -97,15 +106,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--only", help="Comma-separated variants to run ('hooks off' always runs).")
     args = parser.parse_args()
-    variants = ["hooks off", "hooks on", "every step, no fingerprints", "every step", "hooks on + client"]
+    variants = ["hooks off", "hooks on", "every step, no fingerprints", "every step", "hooks on + live client", "hooks on + every-step client"]
+    if args.only:
+        wanted = {name.strip() for name in args.only.split(",")}
+        unknown = wanted - set(variants)
+        if unknown:
+            parser.error(f"unknown variants {sorted(unknown)}; choose from {variants}")
+        variants = [v for v in variants if v == "hooks off" or v in wanted]
     runs: dict[str, list[Run]] = {v: [] for v in variants}
     for round_ in range(args.rounds):
         for variant in variants:
             runs[variant].append(result := run(variant, args.requests))
             print(
                 f"round {round_ + 1}: {variant:<28} {result.tokens_per_s:7.1f} generated tok/s, "
-                f"hooks {result.hook_ms_per_step:5.2f} ms/step = {100 * result.hook_share:4.1f}% of the workload",
+                f"hooks {result.hook_ms_per_step:5.2f} ms/step = {100 * result.hook_share:4.1f}% of the workload"
+                + (f", client got {result.frames} frames of {result.steps} steps" if result.frames else ""),
                 flush=True,
             )
     base = statistics.median(r.tokens_per_s for r in runs["hooks off"])

@@ -1,5 +1,6 @@
 """Capture on demand on the live engine: with no client subscribed the hooks skip per-step
-capture, yet every snapshot asked for catches up with everything since (checked by the
+capture, with only a live view subscribed they capture within their time budget, yet every
+snapshot asked for and every live frame catches up with everything since (checked by the
 self-check against a full re-read and sglang's own counters), busy or idle."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import json
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
@@ -28,7 +30,7 @@ def _snapshot(target: Target) -> Snapshot:
     return reply
 
 
-def test_unwatched_steps_are_skipped_and_snapshots_catch_up() -> None:
+def test_unwatched_and_live_steps_are_skipped_and_caught_up() -> None:
     port = free_port_pair()
     env, tag = tagged_env()
     command = [MCINSPECT, "demo", "--json", "--serve", "--self-check", "--port", str(port), "--requests", str(REQUESTS)]
@@ -46,18 +48,38 @@ def test_unwatched_steps_are_skipped_and_snapshots_catch_up() -> None:
                 assert time.monotonic() < end and process.poll() is None, "engine did not come up"
                 time.sleep(0.2)
         steps = []
-        while not summary:  # snapshots while the workload runs, nobody subscribed
+        while not summary and len(steps) < 3:  # snapshots while the workload runs, nobody subscribed
             steps.append(_snapshot(target).state.step)
             time.sleep(0.5)
-        assert json.loads(summary[0])["requests"] == REQUESTS
-        final = _snapshot(target)  # the engine is idle now: caught up in Scheduler.on_idle
-        stats = request(target, GetStats(schema_version=SCHEMA_VERSION))
-        assert isinstance(stats, Stats)
+        unobserved_before = request(target, GetStats(schema_version=SCHEMA_VERSION)).counters.unobserved_steps
+        with Session(target, timeout_s=5, every_step=False) as live:  # a TUI's live stream
+            live.connect()
+            live.start_reader()
+            while not summary:
+                steps.append(_snapshot(target).state.step)
+                time.sleep(0.5)
+            assert json.loads(summary[0])["requests"] == REQUESTS
+            final = _snapshot(target)  # the engine is idle now: caught up in Scheduler.on_idle
+            stats = request(target, GetStats(schema_version=SCHEMA_VERSION))
+            assert isinstance(stats, Stats)
+            _until(lambda: live.counters().last_seq >= final.seq)
+            frames = [frame.step for frame in live.history()]
+            assert live.latest().state == final.state and live.counters().resyncs == 0
         assert final.state.step == stats.step and steps == sorted(steps)
         assert stats.self_check_failures == 0, stats.self_check_first_failure
         assert stats.counters.unobserved_steps > 0 and 3 <= stats.self_check_steps < stats.step
+        # The live stream skipped steps (within its time budget) yet followed the workload
+        assert 3 <= len(frames) < frames[-1] - frames[0], frames
+        assert stats.counters.unobserved_steps > unobserved_before
         with Session(target, timeout_s=5) as late:  # a client after all that sees the same state
             late.connect()
             assert late.latest().state == final.state
     finally:
         stop_served_demo(process, tag)
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = 20) -> None:
+    end = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.1)

@@ -40,6 +40,18 @@ def test_capture_mode_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
         HooksConfig.from_env()
 
 
+def test_live_budget_is_a_share_of_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCINSPECT_PORT", "7777")
+    monkeypatch.delenv("MCINSPECT_LIVE_BUDGET", raising=False)
+    assert HooksConfig.from_env().live_budget == 0.01
+    monkeypatch.setenv("MCINSPECT_LIVE_BUDGET", "0.05")
+    assert HooksConfig.from_env().live_budget == 0.05
+    for bad in ("5%", "0", "2", "-0.1"):
+        monkeypatch.setenv("MCINSPECT_LIVE_BUDGET", bad)
+        with pytest.raises(ConfigError, match=r"share of time in \(0, 1\]"):
+            HooksConfig.from_env()
+
+
 def test_every_rank_gets_its_own_port_pair() -> None:
     config = HooksConfig(base_port=7000)
     ports = {

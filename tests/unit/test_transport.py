@@ -352,6 +352,27 @@ def test_watched_while_any_session_is_subscribed(engine: _Engine) -> None:
     assert _until(lambda: not engine.publisher.watched, 5)
 
 
+def test_every_step_while_any_session_asks_for_it(engine: _Engine) -> None:
+    """A live view alone leaves the inspector to its time budget; a recorder or checker
+    (every_step, the default) makes it capture every step until it leaves."""
+    live = Session(engine.target, timeout_s=2, every_step=False)
+    live.connect()
+    assert _until(lambda: engine.publisher.watched, 5)
+    time.sleep(0.3)
+    assert not engine.publisher.every_step
+    with Session(engine.target, timeout_s=2) as recorder:
+        recorder.connect()
+        assert _until(lambda: engine.publisher.every_step, 5)
+        engine.step(5)
+        _follow(live, engine)  # the marker topic takes nothing from the stream
+        _follow(recorder, engine)
+        assert live.latest().state == recorder.latest().state == engine.state
+    assert _until(lambda: not engine.publisher.every_step, 5)
+    assert engine.publisher.watched  # the live view still is
+    live.close()
+    assert _until(lambda: not engine.publisher.watched, 5)
+
+
 def test_a_stalled_subscriber_never_slows_the_publisher() -> None:
     # Small bounds all along the way so the stall overflows them: per-subscriber HWMs of 50
     # messages, a history ring too short to fill the gap; ~4 kB deltas outgrow TCP's buffers.
