@@ -41,7 +41,7 @@ from .model import StepView
 from .panels import LAYOUT_CSS, TAB_FOCUS, TABS, compose_layout
 from .requests_table import RequestsTable
 from .row_table import RowTable
-from .screens import HelpScreen, PromptScreen
+from .screens import HelpScreen, MainScreen, PromptScreen
 from .source import DataSource, FrameGone, FrameMeta
 from .tree_view import RadixTreeView
 from .violations import Checker, ViolationRow
@@ -133,12 +133,15 @@ class InspectorApp(App[None]):
         self._page_focus: Selection = Selection("none")
         """The node or request whose pages the page map highlights."""
         self._detail_shown: Text | None = None
+        self._tree_title = ""
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="_default")
 
     def compose(self) -> ComposeResult:
         yield from compose_layout()
 
     def on_mount(self) -> None:
-        self.query_one("#tree-pane").border_title = "radix tree"
         self.query_one("#detail-pane").border_title = "details"
         self._refresh_header()
         self.source.start(self._notify)
@@ -228,10 +231,11 @@ class InspectorApp(App[None]):
     def _after_first_paint(self) -> None:
         freeze_long_lived()
         # The page index costs O(nodes) once (later frames patch it): build it now, off the UI
-        # thread, rather than when the page map is first shown.
+        # thread, with the page owners that come from it, rather than when the page map is
+        # first shown.
         view = self.view
         if view is not None:
-            self.run_worker(lambda: view.tree_pages, thread=True, group="warm-up")
+            self.run_worker(lambda: view.page_owners, thread=True, group="warm-up")
 
     def _frame_position(self) -> int | None:
         if self.view is None or not self._frames:
@@ -256,12 +260,14 @@ class InspectorApp(App[None]):
                 received_at=None if frame is None else frame.received_at,
             )
         )
-        pane = self.query_one("#tree-pane")
         if self.view is None:
-            pane.border_title = "radix tree: waiting for the first snapshot"
+            title = "radix tree: waiting for the first snapshot"
         else:
             matches = f", {len(self._matches)} matches" if self._match_query else ""
-            pane.border_title = f"radix tree: {len(self.view.state.nodes)} nodes{matches}"
+            title = f"radix tree: {len(self.view.state.nodes)} nodes{matches}"
+        if title != self._tree_title:  # setting a border title repaints the whole tree pane
+            self._tree_title = title
+            self.query_one("#tree-pane").border_title = title
 
     def _refresh_active_tab(self) -> None:
         tab = self.query_one(TabbedContent).active
@@ -304,7 +310,11 @@ class InspectorApp(App[None]):
         text = detail_text(self.view, self.selection, self.ledger)
         if text != self._detail_shown:  # most live frames leave the selection as it was
             self._detail_shown = text
-            detail.update(text)
+            # A layout pass restyles the whole screen: only a change of height needs one.
+            height = detail.size.height
+            detail.update(text, layout=False)
+            if detail.get_content_height(detail.size, detail.size, detail.size.width) != height:
+                detail.refresh(layout=True)
 
     def watch_following(self) -> None:
         if self.is_mounted:

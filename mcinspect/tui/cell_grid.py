@@ -1,13 +1,15 @@
 """A virtual grid of coloured cells with a cursor: the base of the slot map and the page map.
 
 Only the rows on screen are rendered, so 10k slots or a million pages cost the same per frame
-as a hundred, and rendered rows are kept until the data changes (`set_count`): a restyle, a
-layout pass or a cursor move elsewhere repaints from them. Subclasses say what one cell looks
-like and what the row gutter says.
+as a hundred, and rendered rows are kept until their cells change: a restyle, a layout pass or
+a cursor move elsewhere repaints from them, and a new frame that changes a few cells
+(`cells_changed`) repaints only their rows. Subclasses say what one cell looks like and what
+the row gutter says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Hashable
 from itertools import groupby
 from operator import itemgetter
 from typing import ClassVar
@@ -19,21 +21,24 @@ from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
-from textual.reactive import reactive
-from textual.scroll_view import ScrollView
+from textual.reactive import var
 from textual.strip import Strip
 
+from .line_view import LineView
 from .palette import CURSOR_STYLE
 
 _LABEL_STYLE = Style(color="grey50")
 _UNFOCUSED_CURSOR_STYLE = Style(underline=True)
 
-RowKey = tuple[object, ...]
-"""What a rendered row depends on: the data version, its first cell, the columns, where the
-cursor is in it (and the focus, if it is), the width and the base style."""
+RowKey = tuple[Hashable, int, int, int, bool, int, Style]
+"""What a rendered row depends on: its cells' state (`row_state`; None past the last cell),
+its first cell, the columns, where the cursor is in it (and the focus, if it is), the width
+and the base style."""
+MAX_CHANGED_CELLS = 4096
+"""Cells `cells_changed` keeps track of; past that the next change redraws the whole grid."""
 
 
-class CellGrid(ScrollView, can_focus=True):
+class CellGrid(LineView[RowKey], can_focus=True):
     """Cells laid out row by row; posts `CellHighlighted` as the cursor moves.
 
     | Key | Action |
@@ -67,7 +72,9 @@ class CellGrid(ScrollView, can_focus=True):
     COLUMN_STEP: ClassVar[int] = 8
     """Cells per row are a multiple of this (when they fit), so ids line up down the rows."""
 
-    cursor: reactive[int] = reactive(0, always_update=True)
+    # `var`: watch_cursor repaints the two lines that changed (or the view, when it scrolls);
+    # a reactive would repaint every line on screen per key.
+    cursor: var[int] = var(0, always_update=True)
 
     class CellHighlighted(Message):
         """The cursor is on cell `index`."""
@@ -89,6 +96,11 @@ class CellGrid(ScrollView, can_focus=True):
         self._count = 0
         self._version = 0
         """Bumped by `set_count`: rows rendered before show old data."""
+        self._changes = 0
+        """Counts `cells_changed` calls."""
+        self._changed: dict[int, int] = {}
+        """Cells `cells_changed` named since the last `set_count`, each with the number of the
+        latest call that named it."""
         self._rows: LRUCache[RowKey, Strip] = LRUCache(256)
 
     # --- for subclasses ----------------------------------------------------------------
@@ -97,18 +109,41 @@ class CellGrid(ScrollView, can_focus=True):
         """Glyph (CELL_WIDTH - GAP characters) and style of cell `index`."""
         raise NotImplementedError
 
+    def row_cells(self, first: int, end: int) -> list[tuple[str, Style]]:
+        """Cells [first, end); a subclass may build a row faster than cell by cell."""
+        return [self.cell(index) for index in range(first, end)]
+
     def row_label(self, index: int) -> str:
         """Label of the row that starts with cell `index`."""
         return str(index)
+
+    def row_state(self, first: int, end: int) -> Hashable:
+        """What cells [first, end) look like, as far as the row cache is concerned: equal states,
+        equal rows. By default the data version and the latest `cells_changed` among them; a
+        subclass that holds its cells as bytes can give their slice instead."""
+        changed = self._changed
+        return self._version, max((changed.get(index, 0) for index in range(first, end)), default=0) if changed else 0
 
     def set_count(self, count: int) -> None:
         """Number of cells; call after the data changed (the screen is redrawn)."""
         self._count = count
         self._version += 1
+        self._changed.clear()
         self._resize_virtual()
         if self.cursor >= count:
             self.cursor = max(0, count - 1)
         self.refresh()
+
+    def cells_changed(self, cells: Collection[int]) -> None:
+        """These cells look different now (the count is the same): the rows on screen that hold
+        them are redrawn, the others stay as they are."""
+        if len(self._changed) + len(cells) > MAX_CHANGED_CELLS:
+            self.set_count(self._count)
+            return
+        self._changes += 1
+        for cell in cells:
+            self._changed[cell] = self._changes
+        self.refresh_changed()
 
     # --- layout ------------------------------------------------------------------------
 
@@ -175,25 +210,29 @@ class CellGrid(ScrollView, can_focus=True):
 
     # --- rendering -----------------------------------------------------------------------
 
-    def render_line(self, y: int) -> Strip:
-        width, base = self.size.width, self.rich_style
+    def line_key(self, y: int) -> RowKey:
+        width, base = self.size.width, self.base_style
         columns = self.columns
         first = (int(self.scroll_offset.y) + y) * columns
         if first >= self._count:
+            return (None, first, columns, -1, False, width, base)
+        end = min(first + columns, self._count)
+        cursor = self.cursor - first if first <= self.cursor < end else -1
+        return (self.row_state(first, end), first, columns, cursor, cursor >= 0 and self.has_focus, width, base)
+
+    def draw_line(self, y: int, key: RowKey) -> Strip:
+        state, first, columns, cursor, focused, width, base = key
+        if state is None:
             return Strip.blank(width, base)
-        cursor = self.cursor - first if first <= self.cursor < first + columns else -1
-        key: RowKey = (self._version, first, columns, cursor, cursor >= 0 and self.has_focus, width, base)
         cached = self._rows.get(key)
         if cached is not None:
             return cached
         label_width = self.label_width
         segments = [Segment(self.row_label(first).rjust(label_width - 1) + " ", base + _LABEL_STYLE)]
-        cells: list[tuple[str, Style]] = []
-        for index in range(first, min(first + columns, self._count)):
-            glyph, style = self.cell(index)
-            if index == self.cursor:
-                style += CURSOR_STYLE if self.has_focus else _UNFOCUSED_CURSOR_STYLE
-            cells.append((glyph, style))
+        cells = self.row_cells(first, min(first + columns, self._count))
+        if cursor >= 0:
+            glyph, style = cells[cursor]
+            cells[cursor] = glyph, style + (CURSOR_STYLE if focused else _UNFOCUSED_CURSOR_STYLE)
         if self.GAP:
             gap = Segment(" " * self.GAP, base)
             for glyph, style in cells:

@@ -88,7 +88,7 @@ def slot_details(view: StepView, slot: SlotId, history: list[SlotChange]) -> Tex
     claims = view.state.slots.get(slot)
     if claims is None:
         return Text(f"slot {slot} is not in step {view.state.step}", style="italic")
-    owner = view.slot_owners[slot]
+    owner = view.owner_of(slot)
     text = Text()
     text.append(f"slot {slot}", style="bold")
     text.append("  ")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Hashable
+
 from rich.style import Style
 
 from ..schema import SlotId
@@ -31,8 +34,12 @@ class SlotMap(CellGrid):
         self.view: StepView | None = None
 
     def show(self, view: StepView) -> None:
-        self.view = view
-        self.set_count(len(view.slot_ids))
+        """Show another step: only the slots that changed are drawn again."""
+        shown, self.view = self.view, view
+        if shown is None or shown.slot_ids != view.slot_ids:
+            self.set_count(len(view.slot_ids))
+        elif shown is not view:
+            self.cells_changed([bisect_left(view.slot_ids, slot) for slot in view.slots_changed_since(shown)])
 
     def slot_at(self, index: int) -> SlotId | None:
         if self.view is None or not 0 <= index < len(self.view.slot_ids):
@@ -49,7 +56,7 @@ class SlotMap(CellGrid):
     def cell(self, index: int) -> tuple[str, Style]:
         assert self.view is not None
         slot = self.view.slot_ids[index]
-        owner = self.view.slot_owners[slot]
+        owner = self.view.owner_of(slot)
         if slot in self.view.violating_slots:
             return GLYPH_VIOLATION + " ", VIOLATION_STYLE
         if owner is SlotOwner.MULTIPLE:
@@ -75,16 +82,29 @@ class PageMap(CellGrid):
         super().__init__(id=id)
         self.view: StepView | None = None
         self._owners = b""
-        self._marked = bytearray()
+        self._marked = b""
 
     def show(self, view: StepView, marked: bytearray) -> None:
-        """Show the step's pages; `marked` has 1 per page to highlight (see StepView.pages_of)."""
+        """Show the step's pages; `marked` has 1 per page to highlight (see StepView.pages_of).
+        Only rows whose pages look different are drawn again."""
         self.view = view
         self._owners = view.page_owners
-        self._marked = marked
-        self.set_count(view.page_count)
+        self._marked = bytes(marked)
+        if view.page_count == self.count:
+            self.refresh_changed()
+        else:
+            self.set_count(view.page_count)
+
+    def row_state(self, first: int, end: int) -> Hashable:
+        return self._owners[first:end], self._marked[first:end]
 
     def cell(self, index: int) -> tuple[str, Style]:
         if index < len(self._marked) and self._marked[index]:
             return "▪", PAGE_HIGHLIGHT_STYLE
         return " ", PAGE_STYLE_BY_FLAGS[self._owners[index]]
+
+    def row_cells(self, first: int, end: int) -> list[tuple[str, Style]]:
+        owners, marked, styles = self._owners[first:end], self._marked[first:end], PAGE_STYLE_BY_FLAGS
+        if not any(marked):  # most rows: no selected page in them
+            return [(" ", styles[owner]) for owner in owners]
+        return [self.cell(index) for index in range(first, end)]

@@ -115,7 +115,6 @@ class StepView:
         # built them (never the view itself, so views do not chain back through history).
         built = previous.__dict__ if previous is not None else {}
         self._children_from = (previous.state.nodes, built["children"], changes) if "children" in built else None
-        self._owners_from = (previous.state.slots, built["slot_owners"]) if "slot_owners" in built else None
         # Tree pages are patched from the last view that built them, however far back (the
         # page map is often hidden for many frames); `changes` only hold for the view before.
         self._pages_from: tuple[dict[NodeId, NodeRecord], TreePages, NodeChanges | None] | None = None
@@ -172,27 +171,29 @@ class StepView:
     def slot_ids(self) -> list[SlotId]:
         return sorted(self.state.slots)
 
-    @cached_property
-    def slot_owners(self) -> dict[SlotId, SlotOwner]:
-        base, self._owners_from = self._owners_from, None
-        old_slots, old_owners = base if base is not None else ({}, {})
-        # Claim lists are replaced when a slot changes: an identical list keeps its class.
-        return {
-            slot: old_owners[slot] if old_slots.get(slot) is claims else slot_owner(claims)
-            for slot, claims in self.state.slots.items()
-        }
+    def owner_of(self, slot: SlotId) -> SlotOwner:
+        """Colour class of a slot of this step (asked per cell drawn, not for all 10k slots per
+        frame: a new frame redraws the few cells that changed)."""
+        return slot_owner(self.state.slots[slot])
 
     def is_last_tracked(self, slot: SlotId) -> bool:
-        """A ping-pong slot that `mamba_last_track_idx` points at (asked per cell on screen, not
-        for all 10k slots per frame)."""
-        owner = self.slot_owners.get(slot)
-        if owner not in (SlotOwner.PING_PONG_0, SlotOwner.PING_PONG_1, SlotOwner.MULTIPLE):
+        """A ping-pong slot that `mamba_last_track_idx` points at."""
+        claims = self.state.slots.get(slot, [])
+        if slot_owner(claims) not in (SlotOwner.PING_PONG_0, SlotOwner.PING_PONG_1, SlotOwner.MULTIPLE):
             return False
-        return any(claim.last_tracked for claim in self.state.slots[slot])
+        return any(claim.last_tracked for claim in claims)
 
     @cached_property
     def violating_slots(self) -> set[SlotId]:
         return {slot for v in self.violations for slot in v.violation.slots}
+
+    def slots_changed_since(self, other: StepView) -> set[SlotId]:
+        """Slots that may look different in the slot map than at `other`'s step: their claims
+        differ, or a violation names them at one step only. Claim lists are replaced, never
+        edited, when a slot changes, so identity settles most slots without comparing them."""
+        old = other.state.slots
+        changed = {slot for slot, claims in self.state.slots.items() if (was := old.get(slot)) is not claims and was != claims}
+        return changed | (self.violating_slots ^ other.violating_slots)
 
     # --- pages ------------------------------------------------------------------------
 

@@ -17,21 +17,24 @@ from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
-from textual.reactive import reactive
-from textual.scroll_view import ScrollView
+from textual.reactive import var
 from textual.strip import Strip
 
+from .line_view import LineView
 from .palette import ROW_CURSOR_STYLE, UNFOCUSED_CURSOR_STYLE
 
 Cells = tuple[str, ...]
 Row = tuple[str, Cells]
 """(key, cells): the key names the row whatever its position."""
+LineKey = tuple[Cells | None, tuple[int, ...], Style, int, int]
+"""What a line shows: its cells (None past the last row), the column widths, the style, the
+horizontal scroll and the width."""
 
 _HEADER_STYLE = Style(bold=True, color="grey85", bgcolor="grey19")
 _ZEBRA_STYLE = Style(bgcolor="grey11")
 
 
-class RowTable(ScrollView, can_focus=True):
+class RowTable(LineView[LineKey], can_focus=True):
     """Rows under a header line; posts `RowHighlighted` as the cursor moves, `RowSelected` on enter.
 
     | Key | Action |
@@ -64,7 +67,9 @@ class RowTable(ScrollView, can_focus=True):
     MAX_WIDTH: ClassVar[int] = 40
     """Widest a column other than the last gets; longer cells end in an ellipsis."""
 
-    cursor: reactive[int] = reactive(0, always_update=True)
+    # `var`: watch_cursor repaints the two lines that changed (or the view, when it scrolls);
+    # a reactive would repaint every line on screen per key.
+    cursor: var[int] = var(0, always_update=True)
 
     class RowHighlighted(Message):
         """The cursor is on row `index`, whose key is `key`."""
@@ -86,7 +91,7 @@ class RowTable(ScrollView, can_focus=True):
         super().__init__(id=id)
         self._rows: list[Row] = []
         self._index: dict[str, int] = {}
-        self._widths = [len(label) for label in self.COLUMNS]
+        self._widths = tuple(len(label) for label in self.COLUMNS)
 
     # --- data -----------------------------------------------------------------------------
 
@@ -101,13 +106,13 @@ class RowTable(ScrollView, can_focus=True):
         widths = [len(label) for label in self.COLUMNS]
         for column, cells in enumerate(zip(*(cells for _, cells in rows))):
             widths[column] = max(widths[column], max(map(len, cells)))
-        self._widths = [min(width, self.MAX_WIDTH) for width in widths[:-1]] + widths[-1:]
+        self._widths = tuple(min(width, self.MAX_WIDTH) for width in widths[:-1]) + tuple(widths[-1:])
         self._resize_virtual()
         target = self._index.get(keep, self.cursor) if keep is not None else self.cursor
         target = min(target, max(0, len(rows) - 1))
         if target != self.cursor:
             self.cursor = target
-        self.refresh()
+        self.refresh_changed()
 
     @property
     def row_count(self) -> int:
@@ -181,22 +186,24 @@ class RowTable(ScrollView, can_focus=True):
 
     # --- rendering ------------------------------------------------------------------------
 
-    def render_line(self, y: int) -> Strip:
-        width, base = self.size.width, self.rich_style
+    def line_key(self, y: int) -> LineKey:
+        width, base, left = self.size.width, self.base_style, int(self.scroll_offset.x)
         if y == 0:
-            return self._strip(self.COLUMNS, base + _HEADER_STYLE, width)
+            return (self.COLUMNS, self._widths, base + _HEADER_STYLE, left, width)
         index = int(self.scroll_offset.y) + y - 1
         if index >= len(self._rows):
-            return Strip.blank(width, base)
+            return (None, self._widths, base, left, width)
         style = base + _ZEBRA_STYLE if index % 2 else base
         if index == self.cursor:
             style += ROW_CURSOR_STYLE if self.has_focus else UNFOCUSED_CURSOR_STYLE
-        return self._strip(self._rows[index][1], style, width)
+        return (self._rows[index][1], self._widths, style, left, width)
 
-    def _strip(self, cells: Cells, style: Style, width: int) -> Strip:
-        last = len(self._widths) - 1
-        parts = [_fit(cell, w) if column < last else cell for column, (cell, w) in enumerate(zip(cells, self._widths))]
-        left = int(self.scroll_offset.x)
+    def draw_line(self, y: int, key: LineKey) -> Strip:
+        cells, widths, style, left, width = key
+        if cells is None:
+            return Strip.blank(width, style)
+        last = len(widths) - 1
+        parts = [_fit(cell, w) if column < last else cell for column, (cell, w) in enumerate(zip(cells, widths))]
         return Strip([Segment(" " + "  ".join(parts), style)]).crop_extend(left, left + width, style)
 
 

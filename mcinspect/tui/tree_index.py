@@ -98,6 +98,8 @@ def patch_children(
         if old is not None:
             siblings_of(old.parent if old.parent in old_nodes else ROOT_PARENT).remove(node.id)
         bisect.insort(siblings_of(node.parent), node.id)
+    if not edited:  # no node added, removed or moved: the same index, without copying 100k entries
+        return old_index
     index = dict(old_index)
     for node_id in removed:
         index.pop(node_id, None)

@@ -4,35 +4,37 @@ Textual's Tree widget builds a widget-side node per line and walks them recursiv
 tree with 100k nodes or a deep chain needs neither. This view keeps only the set of expanded
 node ids, derives the visible rows from the state (`tree_rows.build_rows`) and renders the rows
 that are on screen. Rendered lines are cached by what they show: a node record is replaced
-when it changes, so a cached line stays right across frames, and a cursor move or a scroll
-renders only the lines that are new on screen.
+when it changes, so a cached line stays right across frames; a new frame repaints only the
+lines on screen that look different, and a cursor move or a scroll renders only the lines that
+are new on screen.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
-from textual.reactive import reactive
-from textual.scroll_view import ScrollView
+from textual.reactive import var
 from textual.strip import Strip
 
 from ..schema import NodeId, NodeRecord
+from .line_view import LineView
 from .model import StepView
 from .palette import ROW_CURSOR_STYLE, UNFOCUSED_CURSOR_STYLE
 from .tree_index import ROOT_PARENT
 from .tree_rows import CHILD_PAGE, RowMarks, TreeRow, build_rows, limit_to_show, more_label, node_label
 
-LineKey = tuple[object, ...]
-"""What a rendered line depends on: the row, the node record's identity, its marks, the
-cursor, the width and the base style."""
+LineKey = tuple[TreeRow | None, NodeRecord | None, RowMarks | None, Style | None, int, Style]
+"""What a line shows: the row (None past the last), the node record (None on a "more" row),
+its marks, the cursor style (None off the cursor), the width and the base style."""
 
 
-class RadixTreeView(ScrollView, can_focus=True):
+class RadixTreeView(LineView[LineKey], can_focus=True):
     """Lazy radix tree; posts `NodeHighlighted` as the cursor moves.
 
     | Key | Action |
@@ -63,7 +65,9 @@ class RadixTreeView(ScrollView, can_focus=True):
     RadixTreeView { background: $surface; overflow-x: hidden; }
     """
 
-    cursor: reactive[int] = reactive(0, always_update=True)
+    # `var`: watch_cursor repaints the two lines that changed (or the view, when it scrolls);
+    # a reactive would repaint every line on screen per key.
+    cursor: var[int] = var(0, always_update=True)
 
     class NodeHighlighted(Message):
         """The cursor is on `node` (-1: on a placeholder or nothing)."""
@@ -81,7 +85,7 @@ class RadixTreeView(ScrollView, can_focus=True):
         self._on_path: set[NodeId] = set()
         self._matches: set[NodeId] = set()
         self._first_view = True
-        self._lines: LRUCache[LineKey, tuple[NodeRecord | None, Strip]] = LRUCache(1024)
+        self._lines: LRUCache[tuple[object, ...], tuple[NodeRecord | None, Strip]] = LRUCache(1024)
 
     # --- feeding ---------------------------------------------------------------------
 
@@ -105,7 +109,7 @@ class RadixTreeView(ScrollView, can_focus=True):
             self._on_path = on_path
         if matches is not None:
             self._matches = matches
-        self.refresh()
+        self.refresh_changed()
 
     def reveal(self, node: NodeId) -> bool:
         """Expand the path to `node` and put the cursor on it; False if it is not in the step."""
@@ -136,7 +140,7 @@ class RadixTreeView(ScrollView, can_focus=True):
         if keep is not None:
             line = next((i for i, row in enumerate(self._rows) if row.node == keep and not row.more), line)
         self.cursor = min(max(0, line), max(0, len(self._rows) - 1))
-        self.refresh()
+        self.refresh_changed()
 
     # --- cursor and actions ----------------------------------------------------------------
 
@@ -206,18 +210,23 @@ class RadixTreeView(ScrollView, can_focus=True):
 
     # --- rendering -----------------------------------------------------------------------
 
-    def render_line(self, y: int) -> Strip:
+    def line_key(self, y: int) -> LineKey:
         line = int(self.scroll_offset.y) + y
-        width = self.size.width
-        base = self.rich_style
+        width, base = self.size.width, self.base_style
         if self.view is None or line >= len(self._rows):
-            return Strip.blank(width, base)
+            return (None, None, None, None, width, base)
         row = self._rows[line]
         cursor = (ROW_CURSOR_STYLE if self.has_focus else UNFOCUSED_CURSOR_STYLE) if line == self.cursor else None
         node = None if row.more else self.view.state.nodes[row.node]
         marks = None if node is None else self._marks(row.node)
-        key: LineKey = (row, id(node), marks, cursor, width, base)
-        cached = self._lines.get(key)
+        return (row, node, marks, cursor, width, base)
+
+    def draw_line(self, y: int, key: LineKey) -> Strip:
+        row, node, marks, cursor, width, base = key
+        if row is None:
+            return Strip.blank(width, base)
+        cache_key = (row, id(node), marks, cursor, width, base)  # a NodeRecord is not hashable
+        cached = self._lines.get(cache_key)
         if cached is not None and cached[0] is node:
             return cached[1]
         text = more_label(row) if node is None or marks is None else node_label(node, row.level, marks)
@@ -226,7 +235,7 @@ class RadixTreeView(ScrollView, can_focus=True):
             text.pad_right(width)  # the cursor bar spans the pane
             text.stylize(cursor)
         strip = Strip(list(text.render(self.app.console))).crop_extend(0, width, base)
-        self._lines[key] = (node, strip)
+        self._lines[cache_key] = (node, strip)
         return strip
 
     def _marks(self, node: NodeId) -> RowMarks:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import msgspec
 from facts import ancestors, first_double_claim, pages, states
 from helpers import run_async, settle
+from rich.segment import Segment
 from snapshot_apps.replay_app import load, make_app
+from textual.geometry import Region
 
-from mcinspect.schema import InsertEvent, Rid, Snapshot, SlotId
-from mcinspect.tui import InspectorApp
+from mcinspect.schema import CacheState, InsertEvent, Rid, SlotClaim, Snapshot, SlotId
+from mcinspect.tui import InspectorApp, StaticSource
 from mcinspect.tui.app import Selection
 from mcinspect.tui.grids import PageMap, SlotMap
+from mcinspect.tui.line_view import LineView
 from mcinspect.tui.model import SlotOwner, slot_owner
 from mcinspect.tui.palette import SLOT_STYLES, VIOLATION_STYLE
 from mcinspect.tui.requests_table import RequestsTable
@@ -122,6 +125,61 @@ async def test_time_travel_moves_every_panel_to_the_frame() -> None:
         assert app.view.frame == 0  # clamped to the oldest frame
         await pilot.press("G")
         assert app.view.frame == NEWEST and app.following
+
+
+def painted(panel: LineView) -> list[list[Segment]]:
+    """The panel's lines as the screen holds them (lines not marked for repaint come from cache)."""
+    return [list(strip) for strip in panel.render_lines(Region(0, 0, *panel.region.size))]
+
+
+def repainted(panel: LineView) -> list[list[Segment]]:
+    """The panel's lines after a repaint of every line."""
+    panel.refresh()
+    return painted(panel)
+
+
+@run_async
+async def test_a_new_frame_repaints_what_a_full_repaint_would() -> None:
+    """The tree and the maps repaint only the lines a new frame changes: stepping through the
+    run, with a request selected (its path and pages marked), must show what a full repaint shows."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await go_to_step(pilot, MID_RUN)
+        await pilot.press("3", "down")
+        for tab, panel in (("1", app.query_one(SlotMap)), ("2", app.query_one(PageMap))):
+            await pilot.press(tab)
+            tree = app.query_one(RadixTreeView)
+            for key in ["left_square_bracket"] * 12 + ["right_square_bracket"] * 24:
+                await pilot.press(key)
+                for shown in (tree, panel):
+                    assert painted(shown) == repainted(shown), (app.view.frame, type(shown).__name__)
+
+
+async def slot_map_lines(frames: list[CacheState], steps: int) -> list[list[list[Segment]]]:
+    """The slot map's lines at each of the last `steps` + 1 frames, reached one step at a time."""
+    app = InspectorApp(StaticSource(frames), checker=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press(*["left_square_bracket"] * steps)
+        lines = [painted(app.query_one(SlotMap))]
+        for _ in range(steps):
+            await pilot.press("right_square_bracket")
+            lines.append(painted(app.query_one(SlotMap)))
+        return lines
+
+
+@run_async
+async def test_a_slot_that_flips_every_frame_is_repainted_every_frame() -> None:
+    """One slot free, working, free, ... (nothing else changes): stepping through the frames
+    shows each as an app opened on that frame does."""
+    first = STATES[0]
+    slot = min(first.slots)
+    flips = [[SlotClaim(slot=slot, kind="free")], [SlotClaim(slot=slot, kind="working", rid=Rid("r"))]]
+    frames = [msgspec.structs.replace(first, step=first.step + i, slots=first.slots | {slot: flips[i % 2]}) for i in range(6)]
+    stepped = await slot_map_lines(frames, len(frames) - 1)
+    for frame in range(len(frames)):
+        assert stepped[frame] == (await slot_map_lines(frames[: frame + 1], 0))[0], frame
 
 
 @run_async
