@@ -326,7 +326,9 @@ class InspectorApp(App[None]):
     # --- selection from the panels -----------------------------------------------------------
 
     def on_radix_tree_view_node_highlighted(self, event: RadixTreeView.NodeHighlighted) -> None:
-        if event.node >= 0 and self.query_one(RadixTreeView).has_focus:
+        # The message names its tree: it may arrive after the screen emptied (quitting right
+        # after the first frame), when a query for the tree finds nothing.
+        if event.node >= 0 and event.tree.has_focus:
             self.selection = Selection("node", event.node)
             self._page_focus = self.selection
             self._stale_tabs.add("pages")

@@ -157,11 +157,17 @@ class CellGrid(LineView[RowKey], can_focus=True):
 
     @property
     def columns(self) -> int:
-        fits = max(1, (self.size.width - self.label_width) // self.CELL_WIDTH)
+        return self._columns(self.size.width)
+
+    def _columns(self, width: int) -> int:
+        fits = max(1, (width - self.label_width) // self.CELL_WIDTH)
         return fits - fits % self.COLUMN_STEP if fits >= self.COLUMN_STEP else fits
 
     def _resize_virtual(self) -> None:
-        self.virtual_size = Size(self.size.width, -(-self._count // self.columns))
+        # Not laid out yet (a tab never shown): it will be at most as wide as the screen, so it
+        # has at least the rows that width gives (see LineView.set_virtual_size).
+        width = self.size.width or self.app.size.width
+        self.set_virtual_size(Size(self.size.width, -(-self._count // self._columns(width))))
 
     def on_resize(self, event: events.Resize) -> None:
         self._resize_virtual()

@@ -21,8 +21,10 @@ def attach_app(target: Target, token: str, every_step: bool = False) -> Inspecto
     every_step: a frame per scheduler step, else the engine's live stream (Session)."""
     from ..session import Session
 
+    mode = "every step" if every_step else "sampled"  # the live stream: within the engine's time budget
     source = SessionSource(
-        lambda on_frame: Session(target, token=token, every_step=every_step, on_frame=on_frame), name=f"{target.host}:{target.port}"
+        lambda on_frame: Session(target, token=token, every_step=every_step, on_frame=on_frame),
+        name=f"{target.host}:{target.port} ({mode})",
     )
     return InspectorApp(source, checker=checks_checker(source.engine))
 

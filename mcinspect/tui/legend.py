@@ -5,10 +5,11 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
-from textual.widget import Widget
+
+from .sized_by_layout import SizedByLayout
 
 
-class Legend(Widget):
+class Legend(SizedByLayout):
     """`██ label` entries laid out greedily over as many lines as the width needs."""
 
     DEFAULT_CSS = """

@@ -13,9 +13,13 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 from rich.style import Style
+from textual import events
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
+
+from .sized_by_layout import ViewScrollBar
 
 KeyT = TypeVar("KeyT")
 """A subclass's line key (compared with `==`, so a key may hold unhashable records)."""
@@ -49,6 +53,71 @@ class LineView(ScrollView, Generic[KeyT]):
         for y in range(self.size.height):
             if painted.get(y) != self.line_key(y):
                 self.refresh_line(top + y)
+
+    def set_virtual_size(self, size: Size) -> None:
+        """Set the scrollable size: the scrollbars follow in place, without a layout pass
+        (assigning `virtual_size` lays out the whole screen, ~3-10 ms) unless one appears or goes."""
+        if size == self.virtual_size:
+            return
+        self.set_reactive(ScrollView.virtual_size, size)
+        if self.styles.auto_dimensions:  # the view's own size follows its content
+            self.refresh(layout=True)
+        elif self.container_size:
+            self._scroll_update(size)
+        else:
+            self._expect_scrollbars(size)
+
+    def _expect_scrollbars(self, size: Size) -> None:
+        # Never laid out (in a tab never shown): the pass that shows the view measures it, and a
+        # scrollbar it then turned out to need cost two more passes, to place the bar and to
+        # size it. Content larger than the screen overflows whatever the view's size: its bar is
+        # made and shown now, so that the first pass places it.
+        screen = self.app.size
+        if self.styles.overflow_y in ("auto", "scroll") and size.height > screen.height:
+            self.set_reactive(ScrollView.show_vertical_scrollbar, True)
+            self.vertical_scrollbar.display = True
+        if self.styles.overflow_x in ("auto", "scroll") and size.width > screen.width:
+            self.set_reactive(ScrollView.show_horizontal_scrollbar, True)
+            self.horizontal_scrollbar.display = True
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        if self._vertical_scrollbar is None:
+            self._vertical_scrollbar = self._start_scrollbar(vertical=True)
+        return self._vertical_scrollbar
+
+    @property
+    def horizontal_scrollbar(self) -> ScrollBar:
+        if self._horizontal_scrollbar is None:
+            self._horizontal_scrollbar = self._start_scrollbar(vertical=False)
+        return self._horizontal_scrollbar
+
+    def _start_scrollbar(self, *, vertical: bool) -> ScrollBar:
+        # As Widget's own, but a bar sized in one pass (SizedByLayout) and styled now: Textual
+        # styles a new bar at the next restyle (a focus change), a layout pass of its own.
+        bar = ViewScrollBar(
+            vertical=vertical,
+            name="vertical" if vertical else "horizontal",
+            thickness=self.scrollbar_size_vertical if vertical else self.scrollbar_size_horizontal,
+        )
+        self.app._start_widget(self, bar)
+        self.app.stylesheet.apply(bar)
+        return bar
+
+    def _on_focus(self, event: events.Focus) -> None:
+        # Widget's own also repaints every line (~4 ms for the tree's, on `1` from the tree):
+        # the lines the focus changes (the cursor's) repaint themselves in the subclasses'
+        # on_focus / on_blur, and a :focus style repaints through the restyle.
+        event.prevent_default()
+        self.has_focus = True
+        if self.parent is not None:
+            self.parent.post_message(events.DescendantFocus(self))
+
+    def _on_blur(self, event: events.Blur) -> None:
+        event.prevent_default()  # as in _on_focus
+        self.has_focus = False
+        if self.parent is not None:
+            self.parent.post_message(events.DescendantBlur(self))
 
     def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
         # ScrollView compares `virtual_size` (here the viewport the compositor measured) with its

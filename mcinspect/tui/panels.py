@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent
 
 from .event_log import EventLog
 from .grids import PageMap, SlotMap
@@ -13,6 +13,7 @@ from .key_footer import KeyFooter
 from .legend import Legend
 from .palette import page_legend, slot_legend
 from .requests_table import RequestsTable
+from .sized_by_layout import Pane
 from .tree_view import RadixTreeView
 from .violations_table import ViolationsTable
 
@@ -33,7 +34,9 @@ LAYOUT_CSS = """
 #tree-pane:focus-within { border: round $accent; }
 #right { width: 1fr; }
 #tabs { height: 1fr; }
-#tabs TabPane { padding: 0; }
+/* Not Textual's `auto`: a pane sized by its content takes a second layout pass on its first show. */
+#tabs ContentSwitcher { height: 1fr; }
+#tabs TabPane { padding: 0; height: 1fr; }
 #detail-pane { height: 11; border: round $secondary; border-title-style: bold; }
 #detail { width: 1fr; }
 """
@@ -47,17 +50,17 @@ def compose_layout() -> ComposeResult:
             yield RadixTreeView(id="tree")
         with Vertical(id="right"):
             with TabbedContent(id="tabs", initial="slots"):
-                with TabPane("1 Slots", id="slots"):
+                with Pane("1 Slots", id="slots"):
                     yield SlotMap(id="slot-map")
                     yield Legend(slot_legend())
-                with TabPane("2 Pages", id="pages"):
+                with Pane("2 Pages", id="pages"):
                     yield PageMap(id="page-map")
                     yield Legend(page_legend())
-                with TabPane("3 Requests", id="requests"):
+                with Pane("3 Requests", id="requests"):
                     yield RequestsTable(id="request-table")
-                with TabPane("4 Events", id="events"):
+                with Pane("4 Events", id="events"):
                     yield EventLog(id="event-log")
-                with TabPane("5 Violations", id="violations"):
+                with Pane("5 Violations", id="violations"):
                     yield ViolationsTable(id="violation-table")
             with VerticalScroll(id="detail-pane"):
                 yield Static(id="detail")

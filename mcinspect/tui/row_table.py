@@ -173,7 +173,7 @@ class RowTable(LineView[LineKey], can_focus=True):
     def _resize_virtual(self) -> None:
         """One line per row and the header, as wide as the widest row (the last column's
         longest cell decides)."""
-        self.virtual_size = Size(1 + sum(self._widths) + 2 * (len(self._widths) - 1), len(self._rows) + 1)
+        self.set_virtual_size(Size(1 + sum(self._widths) + 2 * (len(self._widths) - 1), len(self._rows) + 1))
 
     def on_resize(self, event: events.Resize) -> None:
         self._resize_virtual()

@@ -70,11 +70,16 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
     cursor: var[int] = var(0, always_update=True)
 
     class NodeHighlighted(Message):
-        """The cursor is on `node` (-1: on a placeholder or nothing)."""
+        """The cursor of `tree` is on `node` (-1: on a placeholder or nothing)."""
 
-        def __init__(self, node: NodeId) -> None:
+        def __init__(self, tree: RadixTreeView, node: NodeId) -> None:
             super().__init__()
+            self.tree = tree
             self.node = node
+
+        @property
+        def control(self) -> RadixTreeView:
+            return self.tree
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -135,7 +140,7 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
     def _rebuild(self, keep: NodeId | None) -> None:
         assert self.view is not None
         self._rows = build_rows(self.view, self.expanded, self._limits)
-        self.virtual_size = Size(self.size.width, len(self._rows))
+        self.set_virtual_size(Size(self.size.width, len(self._rows)))
         line = self.cursor
         if keep is not None:
             line = next((i for i, row in enumerate(self._rows) if row.node == keep and not row.more), line)
@@ -151,7 +156,7 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
             self.refresh_line(old)
             self.refresh_line(new)
         node = self.cursor_node
-        self.post_message(self.NodeHighlighted(node if node is not None else NodeId(-1)))
+        self.post_message(self.NodeHighlighted(self, node if node is not None else NodeId(-1)))
 
     def action_cursor(self, delta: int) -> None:
         self.cursor = min(max(0, self.cursor + delta), max(0, len(self._rows) - 1))
@@ -206,7 +211,7 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
                 self.action_toggle()
 
     def on_resize(self, event: events.Resize) -> None:
-        self.virtual_size = Size(event.size.width, len(self._rows))
+        self.set_virtual_size(Size(event.size.width, len(self._rows)))
 
     # --- rendering -----------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from rich.segment import Segment
 from snapshot_apps.replay_app import load, make_app
 from textual.geometry import Region
 
-from mcinspect.schema import CacheState, InsertEvent, Rid, SlotClaim, Snapshot, SlotId
+from mcinspect.schema import CacheState, InsertEvent, NodeId, Rid, SlotClaim, Snapshot, SlotId
 from mcinspect.tui import InspectorApp, StaticSource
 from mcinspect.tui.app import Selection
 from mcinspect.tui.grids import PageMap, SlotMap
@@ -54,6 +54,21 @@ async def test_opens_on_the_newest_step_with_every_slot_of_the_pool() -> None:
         held = sum(any(claim.kind != "free" for claim in claims) for claims in STATES[-1].slots.values())
         grey = sum(slot_colour(app, slot) == SLOT_STYLES[SlotOwner.FREE] for slot in STATES[-1].slots)
         assert held > 0 and grey == slot_map.count - held
+
+
+@run_async
+async def test_a_tree_message_that_arrives_after_the_screen_emptied_is_ignored() -> None:
+    """Quitting right after the first frame, the tree's first NodeHighlighted can reach the app
+    after the screen's widgets are gone (run_test re-raises any exception the app had)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        tree = app.query_one(RadixTreeView)
+        tree.focus()
+        await pilot.pause()
+        await app.query_one("#body").remove()
+        app.post_message(RadixTreeView.NodeHighlighted(tree, NodeId(0)))
+        await pilot.pause()
 
 
 @run_async
