@@ -8,8 +8,9 @@ which "the working slot equals its source" / "a cleared slot is zero" can be see
 | same | after | fingerprint sources, destinations and cleared slots; queue a CowEvent |
 
 The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
-are part of the forward; skipped for steps no client observes (capture on demand). On CUDA, `fingerprint_slots` checks slot bounds with a device sync,
-so the capture is off there unless MCINSPECT_COW_FINGERPRINTS=1. Not captured: int8
+are part of the forward; skipped for steps no client observes (`EventSink.observed`). On CUDA,
+`fingerprint_slots` checks slot bounds with a device sync, so the capture is off there unless
+MCINSPECT_COW_FINGERPRINTS=1. Not captured: int8
 checkpoint pools (the destination is a dequantised copy, not bit-equal to its source).
 """
 

@@ -179,8 +179,7 @@ class EventSink:
     def drain_evictions(self, step: Step) -> list[EvictEvent]:
         """Only the EvictEvents since the last drain; the others are discarded unconverted
         (a step nobody observes: its stats still count evictions)."""
-        eviction = self._eviction
-        if not (self._pending or self._evict_depth or eviction.nodes or eviction.slots or eviction.tokens):
+        if not (self._pending or self._evict_depth or self._eviction):
             return []  # the usual step: nothing to take
         evictions = [(cls, fields) for cls, fields in self._take() if cls is EvictEvent]
         return self._convert(evictions, step) if evictions else []  # type: ignore[return-value]

@@ -123,8 +123,7 @@ class Inspector:
         or for subscribers when the live stream's cadence allows."""
         if self._captured_step >= self._step:
             return
-        live = self.publisher.watched and self.cadence.idle_due(time.perf_counter(), self.errors.seconds)
-        if self._wanted.is_set() or live:
+        if self._wanted.is_set() or (self.publisher.watched and self.cadence.idle_due(time.perf_counter(), self.errors.seconds)):
             step = Step(self._step)
             self._capture(scheduler, None, step, self.sink.drain(step))
 

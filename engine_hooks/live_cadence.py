@@ -40,10 +40,7 @@ class LiveCadence:
     def idle_due(self, now: float, spent: float) -> bool:
         """The engine is idle (sglang calls on_idle at every turn of its idle loop): whether to
         catch up now. The same budget: an idle moment may end with a request arriving."""
-        window = now - self._captured_at
-        if window < self.min_interval_s:
-            return False
-        return window >= self.max_interval_s or spent - self._spent_at_capture <= self.budget * window
+        return self._allows(now - self._captured_at, spent)
 
     def due_next(self, now: float, spent: float) -> bool:
         """At a step boundary: whether to capture at the next one. `spent`: the inspector's
@@ -51,11 +48,12 @@ class LiveCadence:
         step_s = 0.0 if self._boundary_at is None else now - self._boundary_at
         step_spent = spent - self._spent_at_boundary
         self._boundary_at, self._spent_at_boundary = now, spent
-        # From the last capture (its cost included) to the next boundary, if this step costs
-        # what the last one did.
-        window = now + step_s - self._captured_at
+        # From the last capture to the next boundary, if this step costs what the last one did.
+        return self._allows(now + step_s - self._captured_at, spent + step_spent)
+
+    def _allows(self, window: float, spent: float) -> bool:
+        """A capture `window` seconds after the last one began, the inspector's total time
+        then being `spent` (that capture included)."""
         if window < self.min_interval_s:
             return False
-        if window >= self.max_interval_s:
-            return True
-        return spent + step_spent - self._spent_at_capture <= self.budget * window
+        return window >= self.max_interval_s or spent - self._spent_at_capture <= self.budget * window

@@ -47,11 +47,11 @@ class StatsCollector:
             self._sample_requests(scheduler.running_batch.reqs)
 
     def _count_evictions(self, events: list[Event]) -> None:
-        for event in events:
-            if isinstance(event, EvictEvent):
-                with self._lock:
-                    self.evicted_mamba_slots += len(event.slots)
-                    self.evicted_tokens += event.tokens
+        evictions = [event for event in events if isinstance(event, EvictEvent)]
+        with self._lock:
+            for event in evictions:
+                self.evicted_mamba_slots += len(event.slots)
+                self.evicted_tokens += event.tokens
 
     def _sample_requests(self, running: list[Any]) -> None:
         reqs = [req for req in running if req.kv.mamba_pool_idx is not None]
@@ -88,10 +88,10 @@ def _slots_held(kv: Any) -> int:
 
 
 def _layouts(reqs: list[Any]) -> list[SlotLayout]:
-    """Each request's working and ping-pong slots, read in one device copy."""
-    held = [req for req in reqs if req.kv.mamba_pool_idx is not None]
-    values = ints_of_many([t for req in held for t in (req.kv.mamba_pool_idx, req.kv.mamba_ping_pong_track_buffer)])
+    """Each request's working and ping-pong slots (requests holding a working slot), read in
+    one device copy."""
+    values = ints_of_many([t for req in reqs for t in (req.kv.mamba_pool_idx, req.kv.mamba_ping_pong_track_buffer)])
     return [
         SlotLayout(rid=req.rid, working=working[0], ping_pong=[slot for slot in ping_pong if slot >= 0])
-        for req, working, ping_pong in zip(held, values[0::2], values[1::2])
+        for req, working, ping_pong in zip(reqs, values[0::2], values[1::2])
     ]

@@ -6,8 +6,8 @@ import enum
 import json
 import os
 import signal
-import threading
 import sys
+import threading
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -132,7 +132,9 @@ def demo(
         verify_recompute=verify,
     )
     if not headless:
-        _demo_with_tui(config, requests, token="", every_step=fault is not None if every_step is None else every_step)
+        if every_step is None:  # a fault is caught at its step: every step; else the live stream
+            every_step = fault is not None
+        _demo_with_tui(config, requests, token="", every_step=every_step)
         return
     try:
         with progress(config, requests) as (on_started, on_wave):

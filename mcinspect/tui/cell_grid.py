@@ -21,7 +21,6 @@ from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
-from textual.reactive import var
 from textual.strip import Strip
 
 from .line_view import LineView
@@ -71,10 +70,6 @@ class CellGrid(LineView[RowKey], can_focus=True):
     """Trailing uncoloured columns of a cell (so neighbours stay apart)."""
     COLUMN_STEP: ClassVar[int] = 8
     """Cells per row are a multiple of this (when they fit), so ids line up down the rows."""
-
-    # `var`: watch_cursor repaints the two lines that changed (or the view, when it scrolls);
-    # a reactive would repaint every line on screen per key.
-    cursor: var[int] = var(0, always_update=True)
 
     class CellHighlighted(Message):
         """The cursor is on cell `index`."""

@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
+from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
@@ -26,7 +27,12 @@ KeyT = TypeVar("KeyT")
 
 
 class LineView(ScrollView, Generic[KeyT]):
-    """A ScrollView whose subclasses say what a line shows (`line_key`) and draw it (`draw_line`)."""
+    """A ScrollView whose subclasses say what a line shows (`line_key`) and draw it (`draw_line`),
+    and repaint the lines the cursor leaves and enters (`watch_cursor`)."""
+
+    # `var`: a subclass's watch_cursor repaints the two lines that changed (or the view, when it
+    # scrolls); a reactive would repaint every line on screen per key.
+    cursor: var[int] = var(0, always_update=True)
 
     base_style: Style = Style()
     """The widget's rich style, as of the latest repaint."""

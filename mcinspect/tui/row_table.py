@@ -17,7 +17,6 @@ from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
-from textual.reactive import var
 from textual.strip import Strip
 
 from .line_view import LineView
@@ -66,10 +65,6 @@ class RowTable(LineView[LineKey], can_focus=True):
     """Header labels, one per cell of a row."""
     MAX_WIDTH: ClassVar[int] = 40
     """Widest a column other than the last gets; longer cells end in an ellipsis."""
-
-    # `var`: watch_cursor repaints the two lines that changed (or the view, when it scrolls);
-    # a reactive would repaint every line on screen per key.
-    cursor: var[int] = var(0, always_update=True)
 
     class RowHighlighted(Message):
         """The cursor is on row `index`, whose key is `key`."""

@@ -19,7 +19,6 @@ from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
-from textual.reactive import var
 from textual.strip import Strip
 
 from ..schema import NodeId, NodeRecord
@@ -64,10 +63,6 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
     DEFAULT_CSS = """
     RadixTreeView { background: $surface; overflow-x: hidden; }
     """
-
-    # `var`: watch_cursor repaints the two lines that changed (or the view, when it scrolls);
-    # a reactive would repaint every line on screen per key.
-    cursor: var[int] = var(0, always_update=True)
 
     class NodeHighlighted(Message):
         """The cursor of `tree` is on `node` (-1: on a placeholder or nothing)."""
