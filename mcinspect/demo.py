@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, start_engine
+from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, EngineStartError, start_engine
 from mcinspect_engine_hooks.cpu_engine.workload import Workload
 
-from .client import request
-from .schema import SCHEMA_VERSION, GetStats, Stats
+from .client import EngineUnreachable, request
+from .schema import SCHEMA_VERSION, GetStats, Hello, Stats
 from .target import Target
 
 
@@ -65,7 +65,7 @@ def run_demo(
     `record_path` if given), collect the summary, then call `after_workload` (which may keep
     the engine up for other clients) and shut down."""
     started = time.perf_counter()
-    engine = start_engine(config)
+    engine = _start_engine_with_hooks(config)
     recording = contextlib.nullcontext()
     if record_path is not None and config.inspector_port is not None:
         recording = _recording(Target("127.0.0.1", config.inspector_port), record_path)
@@ -88,6 +88,26 @@ def run_demo(
         return summary
     finally:
         engine.shutdown()
+
+
+def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> Any:
+    """start_engine, then raise EngineStartError (engine shut down) if the hooks did not come
+    up with it: a hook that fails logs why and leaves the engine running, as it must."""
+    engine = start_engine(config)
+    if config.inspector_port is None:
+        return engine
+    try:
+        request(Target("127.0.0.1", config.inspector_port), Hello(schema_version=SCHEMA_VERSION), timeout_s=10)
+    except EngineUnreachable:
+        engine.shutdown()
+        raise EngineStartError(
+            f"the engine started but its inspector hooks do not answer on 127.0.0.1:{config.inspector_port}; "
+            "their error is in the log above (a port taken since the check? pick another with --port)"
+        ) from None
+    except BaseException:
+        engine.shutdown()
+        raise
+    return engine
 
 
 @contextlib.contextmanager
@@ -124,7 +144,7 @@ def run_demo_in_background(config: EmbeddedEngineConfig, requests: int) -> Itera
     `requests` requests, then a slower trickle of new seeds so there is always something to
     watch, until the block exits; then shut down."""
     print(f"starting the SGLang engine on the CPU ({config.strategy}, page {config.page_size})...", flush=True)
-    engine = start_engine(config)
+    engine = _start_engine_with_hooks(config)
     stop = threading.Event()
 
     def drive() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,19 +18,21 @@ MCINSPECT = str(Path(sys.executable).parent / "mcinspect")
 
 
 def free_port_pair() -> int:
-    """A port p with p and p + 1 free (the hooks of rank 0 bind both)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65535:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port pair found")
+    """A port p with p and p + 1 free (the hooks of rank 0 bind both), from 10000-21999.
+
+    The ports are bound only later, by the engine's scheduler process, so they must come from
+    outside both the kernel's ephemeral range (32768+, which any outgoing connection, e.g.
+    torch.distributed's, may take meanwhile) and sglang's own pick for its ports (22000-29999).
+    """
+    for port in random.sample(range(10000, 21999), 200):
+        try:
+            with socket.socket() as s, socket.socket() as s2:
+                s.bind(("127.0.0.1", port))
+                s2.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair found in 10000-21999")
 
 
 def tagged_env() -> tuple[dict[str, str], str]:
