@@ -7,8 +7,9 @@ deltas whose cost scales with what changed.
 - nodes: the ids the hooks marked dirty (`EventSink.dirty_nodes`, see events.py) plus nodes
   created since (ids only grow and the core's arena is insertion-ordered, so new nodes are
   the arena's tail down to the largest id seen); depths come from the previous records;
-- mamba slots: the slots the allocator handed out or took back, the slots of changed nodes,
-  and those whose request claims changed; claims are rebuilt for those slots only;
+- mamba slots: the slots that entered or left the allocator's free list (one read of it, O(pool
+  free slots)), the slots of changed nodes, and those whose request claims changed; a slot's
+  claims depend on nothing else, so they are rebuilt for those slots only;
 - requests: re-read every step (O(held requests)); a row's KV runs are re-read only from
   where the row grew;
 - KV: re-read only if the allocator bound a new free list (O(free pages), vectorised).
@@ -146,6 +147,7 @@ class Capture:
         """Rust core: every tree-owned slot as of the last capture, shown or not. (The Python
         core shows every node, so `_tree_slots` is the whole truth there.)"""
         self._req_claims: dict[SlotId, list[SlotClaim]] = {}
+        self._free: set[int] = set()
         self._admission: set[int] = set()
         self._arena: dict[int, Any] | None = None
         self._max_node_id = -1
@@ -188,7 +190,7 @@ class Capture:
             self._tree_flat = self._view.tree_slots()
         self._requests, self._req_claims = self._request_reader.read(held, session_kv(self.tree_cache))
         self._admission = set(self.sink.admission_slots())
-        free = set(ints_of_many([free_mamba_slots(self.pool)])[0])
+        self._free = free = self._read_free()
         in_tree = set(self._tree_flat.tolist())
         self._slots = {
             SlotId(slot): self._claims(slot, slot in free, slot in in_tree) for slot in range(1, self.size + 1)
@@ -228,11 +230,13 @@ class Capture:
         admission = set(self.sink.admission_slots())
         changed_slots |= admission ^ self._admission
         self._admission = admission
-        changed_slots |= self.sink.take_dirty_slots()
+        free = self._read_free()
+        changed_slots |= free ^ self._free
+        self._free = free
         if resync:
             changed_slots |= set(range(1, self.size + 1))
 
-        slots = self._reclaim(changed_slots)
+        slots = self._reclaim(changed_slots, free)
         kv = None
         if self._kv_reader.changed():
             now = self._kv_reader.read()
@@ -315,18 +319,21 @@ class Capture:
             owners = {NodeId(-1): -1}
         return claims_for_slot(sid, free, owners, self._req_claims.get(sid, []), slot in self._admission)
 
-    def _reclaim(self, slots: set[int]) -> dict[SlotId, list[SlotClaim]]:
+    def _read_free(self) -> set[int]:
+        """The mamba allocator's free slots now (one device copy)."""
+        return set(ints_of_many([free_mamba_slots(self.pool)])[0])
+
+    def _reclaim(self, slots: set[int], free: set[int]) -> dict[SlotId, list[SlotClaim]]:
         """New claim lists for `slots` (within 1..size) that differ from the baseline."""
         wanted = sorted(s for s in slots if 1 <= s <= self.size)
         if not wanted:
             return {}
-        free = free_mamba_slots(self.pool)
-        probe = torch.tensor(wanted, dtype=free.dtype, device=free.device)
-        is_free = torch.isin(probe, free).tolist()
-        in_tree = torch.isin(probe.cpu(), self._tree_flat).tolist()  # all False on the Python core
+        in_tree = [False] * len(wanted)
+        if self._tree_flat.numel():  # the Rust core's tree slots (always empty on the Python core)
+            in_tree = torch.isin(torch.tensor(wanted, dtype=self._tree_flat.dtype), self._tree_flat).tolist()
         out = {}
-        for slot, slot_free, slot_in_tree in zip(wanted, is_free, in_tree):
-            claims = self._claims(slot, slot_free, slot_in_tree)
+        for slot, slot_in_tree in zip(wanted, in_tree):
+            claims = self._claims(slot, slot in free, slot_in_tree)
             if claims != self._slots.get(SlotId(slot)):
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims

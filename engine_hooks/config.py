@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .live_cadence import DEFAULT_BUDGET
@@ -38,23 +39,23 @@ class HooksConfig:
     live_budget: float = DEFAULT_BUDGET
 
     @classmethod
-    def from_env(cls) -> HooksConfig | None:
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> HooksConfig | None:
         """None when MCINSPECT_PORT is unset: the plugin then registers nothing."""
-        raw_port = os.environ.get(PORT_ENV)
+        raw_port = environ.get(PORT_ENV)
         if not raw_port:
             return None
         try:
             port = int(raw_port)
         except ValueError:
             raise ConfigError(f"{PORT_ENV}={raw_port!r} is not a port number") from None
-        host = os.environ.get(HOST_ENV, LOOPBACK)
-        token = os.environ.get(TOKEN_ENV, "")
+        host = environ.get(HOST_ENV, LOOPBACK)
+        token = environ.get(TOKEN_ENV, "")
         if host not in (LOOPBACK, "localhost", "::1") and not token:
             raise ConfigError(f"{HOST_ENV}={host} binds beyond loopback; set {TOKEN_ENV} as well")
-        capture = os.environ.get(CAPTURE_ENV, "")
+        capture = environ.get(CAPTURE_ENV, "")
         if capture and capture not in CAPTURE_MODES:
             raise ConfigError(f"{CAPTURE_ENV}={capture!r}: choose one of {', '.join(CAPTURE_MODES)}")
-        raw_budget = os.environ.get(LIVE_BUDGET_ENV, str(DEFAULT_BUDGET))
+        raw_budget = environ.get(LIVE_BUDGET_ENV, str(DEFAULT_BUDGET))
         try:
             live_budget = float(raw_budget)
         except ValueError:

@@ -4,11 +4,12 @@ which "the working slot equals its source" / "a cleared slot is zero" can be see
 
 | sglang 0.5.23 method | hook | what mcinspect does |
 |---|---|---|
-| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | before | keep the batch's COW / clear slot ids (the method sets them to None) |
-| same | after | fingerprint sources, destinations and cleared slots; queue a CowEvent |
+| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | around: before | keep the batch's COW / clear slot ids (the method sets them to None) |
+| same | around: after | fingerprint sources, destinations and cleared slots; queue a CowEvent |
 
 The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
-are part of the forward; skipped for steps no client observes (`EventSink.observed`). On CUDA,
+are part of the forward; skipped for steps no client observes (`EventSink.observed`, checked
+by the AROUND wrapper of `ErrorCounter.around_observed`). On CUDA,
 `fingerprint_slots` checks slot bounds with a device sync, so the capture is off there unless
 MCINSPECT_COW_FINGERPRINTS=1. Not captured: int8
 checkpoint pools (the destination is a dequantised copy, not bit-equal to its source).
@@ -36,9 +37,6 @@ class CowHooks:
         self._pending: tuple[Any, Any, Any] | None = None
 
     def before(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not self.sink.observed:  # nobody will see this step's events
-            self._pending = None
-            return
         self._pending = (
             getattr(forward_batch, "mamba_cow_src_indices", None),
             getattr(forward_batch, "mamba_cow_dst_indices", None),
@@ -47,7 +45,7 @@ class CowHooks:
 
     def after(self, ret: Any, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         pending, self._pending = self._pending, None
-        if pending is None:  # a step nobody observes (or before() did not run)
+        if pending is None:  # before() failed
             return
         ran = getattr(forward_batch, "mamba_cow_src_indices", None) is None and getattr(forward_batch, "mamba_clear_indices", None) is None
         if not ran:  # not an extend forward: sglang left the ids for later
@@ -77,7 +75,7 @@ class CowHooks:
         )
 
 
-def cow_hook_points(sink: EventSink) -> list[tuple[str, str, Any]]:
+def cow_hook(sink: EventSink) -> tuple[str, Any, Any]:
+    """(target, before, after) for `ErrorCounter.around_observed`."""
     hooks = CowHooks(sink)
-    target = f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear"
-    return [(target, "before", hooks.before), (target, "after", hooks.after)]
+    return f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear", hooks.before, hooks.after

@@ -12,10 +12,6 @@ from mcinspect.schema import EvictEvent, Event, NodeId, SlotId, Step
 from .tensor_runs import IndexValue, ints_of_many
 
 
-_FOLD_DIRTY_SLOTS = 4096
-"""Pending slot tensors folded into one list of ids (bounded by the pool size) past this many."""
-
-
 @dataclass(frozen=True)
 class DeferredSlot:
     """A slot-id field still held as a tensor (or None): becomes an int at drain."""
@@ -54,14 +50,13 @@ class EventSink:
 
     - events: bounded (`max_events`); past the bound they are counted in `dropped_events`;
     - dirty node ids (Python tree core): nodes whose record may have changed;
-    - changed mamba slots: whatever the allocator handed out or took back;
     - `tombstones`: nodes whose mamba state sglang evicted (sglang keeps no such mark; a split
       parent also has no state but never had one);
     - `admission`: the slots `alloc_group_begin` pre-allocated while its group is open.
 
     Dirty marks are kept only while `tracking` (a Capture reads them); when more dirty nodes
     pile up than `max_dirty`, they are dropped and `overflowed` tells Capture to re-read
-    everything. Changed slots are folded into one id list now and then (at most the pool).
+    everything.
     """
 
     def __init__(self, max_events: int = 10_000, max_dirty: int = 1_000_000) -> None:
@@ -73,14 +68,17 @@ class EventSink:
         self.dirty_nodes: set[int] = set()
         self.tombstones: set[int] = set()
         self.admission: IndexValue = None
-        self._dirty_slots: list[IndexValue] = []
         self._pending: list[tuple[type, dict[str, Any]]] = []
         self._eviction = _Eviction()
         self._evict_depth = 0
+        self.evicted_slots = 0
+        """Mamba slots evictions freed from the tree, observed steps or not (for the stats)."""
+        self.evicted_tokens = 0
+        """KV tokens evictions freed, observed steps or not."""
         self.observed = True
         """Whether the current step will be captured (set by the inspector at each boundary):
-        when not, its events are not kept (evictions aside) and hooks whose only product is an
-        event skip building it."""
+        when not, its events are not kept and hooks whose only product is an event skip
+        building it (evictions are still counted)."""
         self.request: Any = None
         """The request of the latest match / release / checkpoint: who a lock move is for."""
         self.checkpointing: Any = None
@@ -89,8 +87,8 @@ class EventSink:
 
     def emit(self, cls: type, **fields: Any) -> None:
         """Queue event `cls(step=..., **fields)`; slot fields may still be DeferredSlot(s).
-        In a step nobody observes only evictions are kept (the stats count them)."""
-        if not self.observed and cls is not EvictEvent:
+        Nothing is kept in a step nobody observes."""
+        if not self.observed:
             return
         if len(self._pending) >= self.max_events:
             self.dropped_events += 1
@@ -110,24 +108,21 @@ class EventSink:
             self.mark(node.id)
             node = node.parent
 
-    def slot_changed(self, slots: IndexValue) -> None:
-        """The mamba allocator handed out or took back `slots` (a tensor, read at the step)."""
-        if self.tracking:
-            self._dirty_slots.append(slots)
-            if len(self._dirty_slots) >= _FOLD_DIRTY_SLOTS:  # unobserved steps pile them up
-                self._dirty_slots = [sorted(self.take_dirty_slots())]
-
     def _overflow(self) -> None:
         self.overflowed = True
         self.dirty_nodes.clear()
-        self._dirty_slots.clear()
 
     def evicting(self, node_id: int) -> None:
         """A node lost a component value or left the tree during an eviction."""
-        self._eviction.nodes.append(node_id)
+        if self.observed:
+            self._eviction.nodes.append(node_id)
 
     def evicted_values(self, mamba: Sequence[IndexValue], full_tokens: int) -> None:
         """One eviction step's freed tree slots and KV token count."""
+        self.evicted_slots += sum(int(t.numel()) for t in mamba)
+        self.evicted_tokens += full_tokens
+        if not self.observed:
+            return
         self._eviction.slots.extend(mamba)
         self._eviction.tokens += full_tokens
         if self._evict_depth == 0:  # an eviction outside evict(): path cap, host, SWA
@@ -156,17 +151,11 @@ class EventSink:
         self.tracking = True
         self.overflowed = False
         self.dirty_nodes = set()
-        self._dirty_slots = []
 
     def take_dirty_nodes(self) -> set[int]:
         """Node ids marked since the last take (may include removed nodes and other trees')."""
         dirty, self.dirty_nodes = self.dirty_nodes, set()
         return dirty
-
-    def take_dirty_slots(self) -> set[int]:
-        """Slot ids the allocator moved since the last take (one device copy)."""
-        tensors, self._dirty_slots = self._dirty_slots, []
-        return {slot for slots in ints_of_many(tensors) for slot in slots}
 
     def admission_slots(self) -> list[int]:
         """The open admission group's pre-allocated slots ([] when no group is open)."""
@@ -175,14 +164,6 @@ class EventSink:
     def drain(self, step: Step) -> list[Event]:
         """The events since the last drain, stamped with `step` (one device copy for all)."""
         return self._convert(self._take(), step)
-
-    def drain_evictions(self, step: Step) -> list[EvictEvent]:
-        """Only the EvictEvents since the last drain; the others are discarded unconverted
-        (a step nobody observes: its stats still count evictions)."""
-        if not (self._pending or self._evict_depth or self._eviction):
-            return []  # the usual step: nothing to take
-        evictions = [(cls, fields) for cls, fields in self._take() if cls is EvictEvent]
-        return self._convert(evictions, step) if evictions else []  # type: ignore[return-value]
 
     def _take(self) -> list[tuple[type, dict[str, Any]]]:
         # An eviction whose after-hook never ran (it raised) is over by the step boundary.

@@ -1,9 +1,11 @@
 """Hook bodies: schema events, and the dirty marks that let `Capture.step` skip the tree.
 
-`hook_points(sink, errors)` lists (sglang target, "before" | "after", guarded body) for the
-plugin to register with sglang's HookRegistry. Every body only reads sglang state and writes
-into the `EventSink`; each is wrapped by `ErrorCounter.guard`, so a failure is counted and
-swallowed, never raised into the scheduler. Per call a body does O(1) work, except the path
+`hook_points(sink, errors)` lists (sglang target, "before" | "after" | "around", guarded
+body) for the plugin to register with sglang's HookRegistry. Every body only reads sglang state
+and writes into the `EventSink`; each is wrapped by `ErrorCounter.guard`, so a failure is
+counted and swallowed, never raised into the scheduler. The dirty marks and the eviction counts
+run at every step; the hooks that only make events (marked "observed" below) run only in steps
+a capture will end (`EventSink.observed`), and return at their first frame in the others. Per call a body does O(1) work, except the path
 marks (O(depth), the same walk sglang just did) and the decode track plan (O(batch), only on
 the steps where some request reaches a checkpoint boundary). Tensors are never read in a hook:
 slot ids are kept as tensors (cloned when sglang may overwrite them) and turned into ints once
@@ -20,21 +22,21 @@ Checked against sglang 0.5.23. Paths below are relative to `sglang.srt.`:
 | `...UnifiedTreeCore._evict_component_and_detach_lru` | after | a component value freed: dirty, tombstone, eviction record |
 | `...UnifiedTreeCore.set_component_device_value` | after | a state given to an existing node (also HiCache load-back): dirty |
 | `mem_cache.unified_cache.components.full.FullComponent.acquire_component_lock`, `.release_component_lock` | after | FULL lock refs change along the whole path: dirty path |
-| `mem_cache.unified_cache.components.mamba.MambaComponent.cleanup_after_caching_req` | before | InsertEvent (slot, node, seqlen, donated ping-pong index) |
-| `mem_cache.unified_radix_cache.UnifiedRadixCache.match_prefix` | after | MatchEvent; remembers the request for lock attribution |
-| `...UnifiedRadixCache.lock` / `.unlock` | after / before | LockEvent |
-| `...UnifiedRadixCache.checkpoint_into_tree` | before, after | request context for the lock moves it makes |
-| `...UnifiedRadixCache.claim_kv_row` | before | request context for release_kv_cache's unlock |
-| `...UnifiedRadixCache.evict`, `.evict_for_alloc` | before, after | one EvictEvent per outermost eviction |
-| `...UnifiedRadixCache._apply_eviction_result` | before | freed tree slots and KV tokens of each eviction step |
-| `...UnifiedRadixCache.on_release` | after | RequestEvent finish |
-| `mem_cache.allocator.mamba.MambaSlotAllocator._do_alloc` / `.free` | after / before | SlotEvent; changed slots for Capture |
-| `...MambaSlotAllocator.alloc_group_begin` / `.alloc_group_end` | before / after | admission group's pre-allocated slots |
-| `managers.schedule_batch.ScheduleBatch.prepare_for_extend` | before | RequestEvent admit (requests without a KV row yet) |
-| `...ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend` | after | TrackPlanEvent (prefill) |
-| `...ScheduleBatch.prepare_for_decode` | after | TrackPlanEvent (decode boundary) |
-| `managers.schedule_batch.Req.reset_for_retract` | after | RequestEvent retract |
-| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | before, after | CowEvent with fingerprints (cow_hooks.py) |
+| `mem_cache.unified_cache.components.mamba.MambaComponent.cleanup_after_caching_req` | before, observed | InsertEvent (slot, node, seqlen, donated ping-pong index) |
+| `mem_cache.unified_radix_cache.UnifiedRadixCache.match_prefix` | after, observed | MatchEvent; remembers the request for lock attribution |
+| `...UnifiedRadixCache.lock` / `.unlock` | after / before, observed | LockEvent |
+| `...UnifiedRadixCache.checkpoint_into_tree` | around, observed | request context for the lock moves it makes |
+| `...UnifiedRadixCache.claim_kv_row` | before, observed | request context for release_kv_cache's unlock |
+| `...UnifiedRadixCache.evict`, `.evict_for_alloc` | around, observed | one EvictEvent per outermost eviction |
+| `...UnifiedRadixCache._apply_eviction_result` | before | eviction counts; freed tree slots and KV tokens of each eviction step |
+| `...UnifiedRadixCache.on_release` | after, observed | RequestEvent finish |
+| `mem_cache.allocator.mamba.MambaSlotAllocator._do_alloc` / `.free` | after / before, observed | SlotEvent |
+| `...MambaSlotAllocator.alloc_group_begin` / `.alloc_group_end` | before / after, observed | admission group's pre-allocated slots |
+| `managers.schedule_batch.ScheduleBatch.prepare_for_extend` | before, observed | RequestEvent admit (requests without a KV row yet) |
+| `...ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend` | after, observed | TrackPlanEvent (prefill) |
+| `...ScheduleBatch.prepare_for_decode` | after, observed | TrackPlanEvent (decode boundary) |
+| `managers.schedule_batch.Req.reset_for_retract` | after, observed | RequestEvent retract |
+| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | around, observed | CowEvent with fingerprints (cow_hooks.py) |
 
 The UnifiedTreeCore / FullComponent rows fire only with sglang's Python tree core; the Rust
 core runs that logic natively (see adapter_0523's "What the Rust core cannot show"). Node
@@ -54,7 +56,7 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid, SlotEvent, TrackPlanEvent
 
-from .cow_hooks import cow_hook_points
+from .cow_hooks import cow_hook
 from .event_sink import DeferredSlot, DeferredSlots, EventSink
 from .guard import ErrorCounter
 
@@ -124,8 +126,6 @@ class _CacheHooks:
         self.sink = sink
 
     def matched(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not self.sink.observed:  # the event, and the lock attribution it starts
-            return
         req = _arg(args, kwargs, 0, "params").req
         if req is not None:
             self.sink.request = req
@@ -140,7 +140,7 @@ class _CacheHooks:
 
     def locked(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         node_id = _arg(args, kwargs, 0, "node_id")
-        if ret is None or not self.sink.observed:  # None: a streaming session's virtual node
+        if ret is None:  # a streaming session's virtual node
             return
         sink = self.sink
         req = sink.checkpointing
@@ -150,19 +150,16 @@ class _CacheHooks:
 
     def unlocking(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         lock = _arg(args, kwargs, 0, "lock")
-        if lock is None or not self.sink.observed:
+        if lock is None:
             return
         owner = next((r for r in (self.sink.checkpointing, self.sink.request) if r is not None and r.lock is lock), None)
         rid = Rid(owner.rid if owner is not None else "")
         self.sink.emit(LockEvent, node=NodeId(lock.node), rid=rid, locked=False)
 
     def releasing_row(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
-        if self.sink.observed:  # lock attribution, for events only
-            self.sink.request = _arg(args, kwargs, 0, "req")
+        self.sink.request = _arg(args, kwargs, 0, "req")  # lock attribution
 
     def checkpoint_begin(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not self.sink.observed:  # lock attribution, for events only
-            return
         req = _arg(args, kwargs, 0, "req")
         self.sink.request = req
         self.sink.checkpointing = req
@@ -183,8 +180,6 @@ class _CacheHooks:
 
     def inserting(self, component: Any, /, *args: Any, **kwargs: Any) -> None:
         """Before cleanup_after_caching_req: the insert is done, the request not yet reset."""
-        if not self.sink.observed:
-            return
         req = _arg(args, kwargs, 0, "req")
         is_finished = _arg(args, kwargs, 1, "is_finished")
         result = _arg(args, kwargs, 2, "insert_result")
@@ -206,7 +201,7 @@ class _CacheHooks:
 
     def released(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         req = _arg(args, kwargs, 0, "req")
-        if self.sink.observed and req.finished():
+        if req.finished():
             self.sink.emit(RequestEvent, rid=Rid(req.rid), what="finish")
 
 
@@ -217,25 +212,16 @@ class _PoolHooks:
         self.sink = sink
 
     def allocated(self, ret: Any, allocator: Any, /, *args: Any, **kwargs: Any) -> None:
-        if ret is None:
-            return
-        self.sink.slot_changed(ret)  # a slice of a free list that sglang never edits in place
-        if self.sink.observed:
+        if ret is not None:  # a slice of a free list that sglang never edits in place
             self.sink.emit(SlotEvent, slots=DeferredSlots([ret]), allocated=True)
 
     def freeing(self, allocator: Any, /, *args: Any, **kwargs: Any) -> None:
         free_index = _arg(args, kwargs, 0, "free_index")
-        if free_index.numel() == 0:
-            return
-        # Often a view of a device mirror row that is reused later in the step: copy it now.
-        slots = free_index.detach().clone()
-        self.sink.slot_changed(slots)
-        if self.sink.observed:
-            self.sink.emit(SlotEvent, slots=DeferredSlots([slots]), allocated=False)
+        if free_index.numel():
+            # Often a view of a device mirror row that is reused later in the step: copy it now.
+            self.sink.emit(SlotEvent, slots=DeferredSlots([free_index.detach().clone()]), allocated=False)
 
     def group_begin(self, allocator: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not self.sink.observed:  # only a capture inside the group could show its slots
-            return
         num_reqs = _arg(args, kwargs, 0, "num_reqs")
         fits = 0 < num_reqs <= allocator.available_size()
         self.sink.admission = allocator.free_slots[:num_reqs] if fits else None
@@ -244,15 +230,13 @@ class _PoolHooks:
         self.sink.admission = None
 
     def admitting(self, batch: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not self.sink.observed:
-            return
         for req in batch.reqs:
             if not req.kv.holds_kv:  # a continuing chunk keeps its row
                 self.sink.emit(RequestEvent, rid=Rid(req.rid), what="admit")
 
     def prefill_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         req = _arg(args, kwargs, 0, "req")
-        if not ret.track_mask or not self.sink.observed:
+        if not ret.track_mask:
             return
         # The buffer entry is rewritten in place when the slot is donated: copy it now.
         slot = req.kv.mamba_ping_pong_track_buffer[ret.track_position].clone()
@@ -260,8 +244,6 @@ class _PoolHooks:
         self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=DeferredSlot(slot), position=position)
 
     def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not self.sink.observed:
-            return
         mask = getattr(batch, "mamba_track_mask_cpu", None)
         if not mask or True not in mask:
             return
@@ -274,17 +256,18 @@ class _PoolHooks:
 
     def retracted(self, ret: Any, req: Any, /, *args: Any, **kwargs: Any) -> None:
         """After Req.reset_for_retract (`req` is the method's self)."""
-        if self.sink.observed:
-            self.sink.emit(RequestEvent, rid=Rid(req.rid), what="retract")
+        self.sink.emit(RequestEvent, rid=Rid(req.rid), what="retract")
 
 
-HookPoint = tuple[str, str, Callable[..., None]]
+HookPoint = tuple[str, str, Callable[..., Any]]
+"""(dotted sglang target, "before" | "after" | "around", guarded hook)."""
 
 
 def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
-    """(dotted sglang target, "before" | "after", guarded hook) for sglang's HookRegistry."""
+    """The hooks for sglang's HookRegistry, each guarded. Dirty marks and eviction counts run at
+    every step; hooks whose only product is an event run in observed steps only."""
     tree, cache, pools = _TreeHooks(sink), _CacheHooks(sink), _PoolHooks(sink)
-    points: list[tuple[str, str, Callable[..., None]]] = [
+    every_step = [
         (f"{TREE_CORE}._unregister_node", "after", tree.node_gone),
         (f"{TREE_CORE}._update_evictable_leaf_sets", "after", tree.node_changed),
         (f"{TREE_CORE}._touch_node", "after", tree.node_changed),
@@ -293,18 +276,14 @@ def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
         (f"{TREE_CORE}.set_component_device_value", "after", tree.value_set),
         (f"{FULL_COMPONENT}.acquire_component_lock", "after", tree.path_lock),
         (f"{FULL_COMPONENT}.release_component_lock", "after", tree.path_lock),
+        (f"{CACHE}._apply_eviction_result", "before", cache.eviction_result),
+    ]
+    observed_only = [
         (f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", cache.inserting),
         (f"{CACHE}.match_prefix", "after", cache.matched),
         (f"{CACHE}.lock", "after", cache.locked),
         (f"{CACHE}.unlock", "before", cache.unlocking),
         (f"{CACHE}.claim_kv_row", "before", cache.releasing_row),
-        (f"{CACHE}.checkpoint_into_tree", "before", cache.checkpoint_begin),
-        (f"{CACHE}.checkpoint_into_tree", "after", cache.checkpoint_end),
-        (f"{CACHE}.evict", "before", cache.evict_begin),
-        (f"{CACHE}.evict", "after", cache.evict_end),
-        (f"{CACHE}.evict_for_alloc", "before", cache.evict_begin),
-        (f"{CACHE}.evict_for_alloc", "after", cache.evict_end),
-        (f"{CACHE}._apply_eviction_result", "before", cache.eviction_result),
         (f"{CACHE}.on_release", "after", cache.released),
         (f"{MAMBA_ALLOCATOR}._do_alloc", "after", pools.allocated),
         (f"{MAMBA_ALLOCATOR}.free", "before", pools.freeing),
@@ -314,6 +293,15 @@ def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
         (f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", pools.prefill_track),
         (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", pools.decode_track),
         (f"{REQ}.reset_for_retract", "after", pools.retracted),
-        *cow_hook_points(sink),
     ]
-    return [(target, when, errors.guard(fn)) for target, when, fn in points]
+    observed_around = [  # (target, before, after)
+        (f"{CACHE}.checkpoint_into_tree", cache.checkpoint_begin, cache.checkpoint_end),
+        (f"{CACHE}.evict", cache.evict_begin, cache.evict_end),
+        (f"{CACHE}.evict_for_alloc", cache.evict_begin, cache.evict_end),
+        cow_hook(sink),
+    ]
+    return [
+        *[(target, when, errors.guard(fn)) for target, when, fn in every_step],
+        *[(target, when, errors.guard_observed(fn, sink)) for target, when, fn in observed_only],
+        *[(target, "around", errors.around_observed(before, after, sink)) for target, before, after in observed_around],
+    ]

@@ -1,17 +1,26 @@
 """Hook bodies never raise into sglang: errors are counted, logged once each, and swallowed;
-the time the bodies take is summed too (the inspector's own cost on the scheduler thread)."""
+the time the bodies take is summed too (the inspector's own cost on the scheduler thread).
+
+Hooks whose only product is an event are wrapped so that a step nobody observes skips them at
+the first frame (`guard_observed`, `around_observed`): that check (one attribute read) is the
+only part of a hook not timed."""
 
 from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from time import perf_counter
+from typing import Any, Protocol, TypeVar
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Observed(Protocol):
+    observed: bool
+    """Whether the current step will be captured (EventSink.observed)."""
 
 
 class ErrorCounter:
@@ -32,16 +41,62 @@ class ErrorCounter:
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> None:
-            began = time.perf_counter()
+            began = perf_counter()
             try:
                 fn(*args, **kwargs)
             except Exception:
-                first = name not in self.by_hook
-                self.by_hook[name] = self.by_hook.get(name, 0) + 1
-                if first:  # one traceback per hook, then only the count grows
-                    logger.exception("mcinspect hook %s failed; the engine is unaffected", name)
+                self._failed(name)
             finally:
-                self.seconds += time.perf_counter() - began
+                self.seconds += perf_counter() - began
             return None
 
         return guarded  # type: ignore[return-value]
+
+    def guard_untimed(self, fn: F) -> F:
+        """`guard` for the one-off set-up hook: its errors are counted, its time is not (it is
+        not serving cost; it includes importing mcinspect, tens of ms)."""
+        name = fn.__qualname__
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> None:
+            try:
+                fn(*args, **kwargs)
+            except Exception:
+                self._failed(name)
+            return None
+
+        return guarded  # type: ignore[return-value]
+
+    def _failed(self, name: str) -> None:
+        """Count a failure of hook `name` (called while its exception is being handled)."""
+        first = name not in self.by_hook
+        self.by_hook[name] = self.by_hook.get(name, 0) + 1
+        if first:  # one traceback per hook, then only the count grows
+            logger.exception("mcinspect hook %s failed; the engine is unaffected", name)
+
+    def guard_observed(self, fn: Callable[..., None], step: Observed) -> Callable[..., None]:
+        """`guard(fn)`, run only in a step that `step.observed` says will be captured."""
+        guarded = self.guard(fn)
+
+        def when_observed(*args: Any, **kwargs: Any) -> None:
+            if step.observed:
+                guarded(*args, **kwargs)
+
+        return when_observed
+
+    def around_observed(self, before: Callable[..., None], after: Callable[..., None], step: Observed) -> Callable[..., Any]:
+        """An AROUND hook (sglang calls it with the original method first): in an observed step,
+        guarded `before(*args, **kwargs)` and `after(result, *args, **kwargs)` around the
+        original call; that call, its result and its exceptions are sglang's own, untouched.
+        One hook instead of a BEFORE and an AFTER: one wrapper less on every call."""
+        guarded_before, guarded_after = self.guard(before), self.guard(after)
+
+        def around(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            if not step.observed:
+                return original(*args, **kwargs)
+            guarded_before(*args, **kwargs)
+            result = original(*args, **kwargs)
+            guarded_after(result, *args, **kwargs)
+            return result
+
+        return around

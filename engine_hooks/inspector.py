@@ -6,7 +6,8 @@ from the same state under the same lock, so a snapshot's `seq` is exactly the la
 includes.
 
 Capture on demand (the default): while no client is subscribed to the stream, a step boundary
-only counts the step, its stats and its evictions; the hooks keep marking what changes, so the
+only counts the step (every SAMPLE_EVERY-th also samples the stats); the hooks keep marking
+what changes and counting evictions, and the hooks that only make events skip, so the
 next capture (a subscriber arrived, or a snapshot was asked for) is one delta that catches up
 with everything since, at the cost of what changed. That delta's events cover its own step
 only: `Counters.unobserved_steps` tells clients the events before it are gone. A snapshot
@@ -37,7 +38,7 @@ from .live_cadence import LiveCadence
 from .publisher import Publisher
 from .self_check import SelfCheck
 from .server import RequestServer
-from .stats import StatsCollector
+from .stats import SAMPLE_EVERY, StatsCollector
 from .verify import RecomputeVerifier
 
 logger = logging.getLogger("mcinspect.engine_hooks")
@@ -51,7 +52,6 @@ class Inspector:
     """One per scheduler process; built in the AFTER hook of `Scheduler.__init__`."""
 
     def __init__(self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink) -> None:
-        began = time.perf_counter()
         from sglang.srt.runtime_context import get_parallel
 
         parallel = get_parallel()
@@ -76,8 +76,9 @@ class Inspector:
         self.self_check = SelfCheck.from_env()
         checking = self.verifier is not None or self.self_check is not None
         self.every_step = config.capture == "every-step" or (not config.capture and checking)
+        sink.observed = self.every_step  # nobody can have subscribed yet
         self.cadence = LiveCadence(config.live_budget)
-        self.stats = StatsCollector(mamba_pool_size=self.capture.size)
+        self.stats = StatsCollector(scheduler.req_to_token_pool.mamba_allocator, sink)
         self.publisher = Publisher(config.host, self.port + 1)
         info = engine_info(
             scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank
@@ -93,30 +94,30 @@ class Inspector:
         )
         self.publisher.start()
         self.server.start()
-        self._setup_seconds = errors.seconds + time.perf_counter() - began
-        """Hook time until now (this first full capture included): not the engine's serving cost."""
 
     def on_step(self, scheduler: Any, batch: Any) -> None:
         """After `process_batch_result`: capture, number and publish this step's delta, or,
-        with nobody watching, only count the step."""
+        with nobody watching, only count the step (the usual path: kept short, it runs right
+        after the forward, when little of mcinspect is in the CPU's caches)."""
         self._step += 1
-        step = Step(self._step)
-        observed = self.sink.observed  # planned at the previous boundary: its hooks kept evidence
-        events = self.sink.drain(step) if observed else self.sink.drain_evictions(step)
-        self.stats.on_step(scheduler, events, observed=observed)
-        if not observed:
+        sink = self.sink
+        if sink.observed:  # planned at the previous boundary: its hooks kept evidence
+            step = Step(self._step)
+            events = sink.drain(step)
+            self.stats.sample(scheduler.running_batch.reqs)
+            self._capture(scheduler, batch, step, events)
+        else:
             self._unobserved += 1
-        if observed or self._wanted.is_set():
-            self._capture(scheduler, batch, step, events if observed else [])
-        self.sink.observed = self._observe_next()
-
-    def _observe_next(self) -> bool:
-        """Whether the step now starting will be captured at its end."""
-        if self.every_step or self.publisher.every_step:
-            return True
-        if not self.publisher.watched:
-            return False
-        return self.cadence.due_next(time.perf_counter(), self.errors.seconds)
+            if self._step % SAMPLE_EVERY == 0:
+                self.stats.sample(scheduler.running_batch.reqs)
+            if self._wanted.is_set():
+                self._capture(scheduler, batch, Step(self._step), [])
+        # Whether the step now starting will be captured at its end.
+        publisher = self.publisher
+        if not publisher.watched:
+            sink.observed = self.every_step
+        else:
+            sink.observed = self.every_step or publisher.every_step or self.cadence.due_next(time.perf_counter(), self.errors.seconds)
 
     def on_idle(self, scheduler: Any) -> None:
         """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
@@ -128,7 +129,7 @@ class Inspector:
             self._capture(scheduler, None, step, self.sink.drain(step))
 
     def _capture(self, scheduler: Any, batch: Any, step: Step, events: list[Event]) -> None:
-        began, spent = time.perf_counter(), self.errors.seconds
+        began = time.perf_counter()
         with self._lock:  # snapshots and stats replies read the same state on the request thread
             parts = self.capture.step(step, batch)
             owners = self.capture.tree_owners()
@@ -145,7 +146,7 @@ class Inspector:
                 self.self_check.after_step(self.capture, scheduler, step)
             self._captured_step = int(step)
         self.publisher.publish(delta)
-        self.cadence.captured(began, spent)
+        self.cadence.captured(began, time.perf_counter())
         if self._wanted.is_set():
             self._wanted.clear()
             with self._fresh:
@@ -186,7 +187,7 @@ class Inspector:
             return self._stats_reply()
 
     def _stats_reply(self) -> Stats:
-        stats = self.stats.snapshot(self.errors.total)
+        stats = self.stats.snapshot(self._step, self.errors.total)
         check = self.self_check
         return msgspec.structs.replace(
             stats,
@@ -194,7 +195,7 @@ class Inspector:
             self_check_steps=check.steps if check else 0,
             self_check_failures=check.failures if check else 0,
             self_check_first_failure=check.first_failure if check else "",
-            hook_seconds=self.errors.seconds - self._setup_seconds,
+            hook_seconds=self.errors.seconds,
         )
 
 

@@ -46,9 +46,8 @@ def register() -> None:
     from .events import EventSink, hook_points
 
     sink = EventSink()
-    kinds = {"before": HookType.BEFORE, "after": HookType.AFTER}
     for target, when, hook in hook_points(sink, errors):
-        HookRegistry.register(target, hook, kinds[when])
+        HookRegistry.register(target, hook, HookType(when))
     HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink), HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _after_step, HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.on_idle", _when_idle, HookType.AFTER)
@@ -57,7 +56,7 @@ def register() -> None:
 
 
 def _start(config: HooksConfig, sink: Any) -> Any:
-    @errors.guard
+    @errors.guard_untimed
     def after_scheduler_init(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
         from .inspector import Inspector
 

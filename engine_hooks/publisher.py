@@ -69,8 +69,13 @@ class Publisher:
         self._published = 0
         self._counter_lock = threading.Lock()
         self._stop = threading.Event()
-        self._topics: frozenset[bytes] = frozenset()
-        """Topics some subscriber holds (replaced whole: the scheduler thread reads it unlocked)."""
+        self._topics: set[bytes] = set()
+        """Topics some subscriber holds (sender thread only)."""
+        self.watched = False
+        """Whether some client is subscribed to the stream (plain bools, written by the sender
+        thread, read unlocked by the scheduler thread at every step)."""
+        self.every_step = False
+        """Whether some subscribed client asked for every step (EVERY_STEP_TOPIC)."""
         self._socket = zmq.Context.instance().socket(zmq.XPUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         # Per-subscriber bound: past it ZMQ drops messages for that subscriber only.
@@ -94,16 +99,6 @@ class Publisher:
             self._queue.put_nowait(delta)
         except queue.Full:
             self._count_drop()
-
-    @property
-    def watched(self) -> bool:
-        """Whether some client is subscribed to the stream (read by the scheduler thread)."""
-        return STREAM_TOPIC in self._topics
-
-    @property
-    def every_step(self) -> bool:
-        """Whether some subscribed client asked for every step (EVERY_STEP_TOPIC)."""
-        return EVERY_STEP_TOPIC in self._topics
 
     @property
     def published(self) -> int:
@@ -186,9 +181,11 @@ class Publisher:
             except zmq.Again:
                 return
             if message[:1] == b"\x01":
-                self._topics = self._topics | {message[1:]}
+                self._topics.add(message[1:])
             elif message[:1] == b"\x00":
-                self._topics = self._topics - {message[1:]}
+                self._topics.discard(message[1:])
+            self.every_step = EVERY_STEP_TOPIC in self._topics
+            self.watched = STREAM_TOPIC in self._topics
 
     def _count_drop(self) -> None:
         with self._counter_lock:

@@ -1,5 +1,8 @@
-"""Running counters of one scheduler process for the demo summary and `mcinspect info`
-(cheap: O(1) a step, O(running requests) on the steps that sample the requests' slots)."""
+"""Running counters of one scheduler process for the demo summary and `mcinspect info`.
+
+Nothing here runs at every step: the inspector samples the pool and the running requests'
+slots on captured steps and every SAMPLE_EVERY-th step (O(running requests)); evictions are
+counted by the EventSink as they happen; the slots in use are read when asked."""
 
 from __future__ import annotations
 
@@ -7,51 +10,43 @@ import threading
 from collections import Counter
 from typing import Any
 
-from mcinspect.schema import SCHEMA_VERSION, EvictEvent, Event, SlotLayout, Stats
+from mcinspect.schema import SCHEMA_VERSION, SlotLayout, Stats
 
+from .event_sink import EventSink
 from .tensor_runs import ints_of_many
 
-SAMPLE_EVERY = 8
-"""Steps nobody observes look at the running requests' slots only this often (the layouts and
-the distribution of slots per request do not need every step; the hooks' cost does)."""
+SAMPLE_EVERY = 16
+"""Steps nobody observes are sampled only this often (the peak, the layouts and the
+distribution of slots per request do not need every step; the hooks' cost does)."""
 
 
 class StatsCollector:
-    """Updated on the scheduler thread; `snapshot()` may be called from another thread."""
+    """Sampled on the scheduler thread; `snapshot()` may be called from another thread.
 
-    def __init__(self, mamba_pool_size: int) -> None:
+    `allocator` is sglang's MambaSlotAllocator, `sink` the hooks' EventSink."""
+
+    def __init__(self, allocator: Any, sink: EventSink) -> None:
         self._lock = threading.Lock()
-        self.mamba_pool_size = mamba_pool_size
-        self.step = 0
-        self.slots_in_use = 0
+        self._allocator = allocator
+        self._sink = sink
+        self.mamba_pool_size = int(allocator.size)
         self.slots_peak = 0
-        self.evicted_mamba_slots = 0
-        self.evicted_tokens = 0
         self.slots_per_request: Counter[int] = Counter()
         self.example_layouts: dict[int, SlotLayout] = {}
 
-    def on_step(self, scheduler: Any, events: list[Event], *, observed: bool) -> None:
-        """After `process_batch_result`: pool occupancy, evictions, and on observed steps (and
-        every SAMPLE_EVERY-th) each running request's slots. Slot counts come from the requests'
-        Python fields; slot ids are read (a device copy) only for the first request seen with a
-        new count. The usual step touches a few ints only: this runs at every step, right
-        after the forward, when little of it is in the CPU's caches."""
-        in_use = self.mamba_pool_size - len(scheduler.req_to_token_pool.mamba_allocator.free_slots)
-        self.step += 1  # plain ints: snapshot() may read them a step apart, never torn
-        self.slots_in_use = in_use
-        if in_use > self.slots_peak:
-            self.slots_peak = in_use
-        if events:
-            self._count_evictions(events)
-        if observed or self.step % SAMPLE_EVERY == 0:
-            self._sample_requests(scheduler.running_batch.reqs)
+    def slots_in_use(self) -> int:
+        """Slots out of the allocator's free list now (its `free_slots` is replaced whole at
+        each alloc and free, so another thread reads one list or the next, never a torn one)."""
+        return self.mamba_pool_size - self._allocator.free_slots.shape[0]  # not len(): Python in torch
 
-    def _count_evictions(self, events: list[Event]) -> None:
-        evictions = [event for event in events if isinstance(event, EvictEvent)]
-        with self._lock:
-            for event in evictions:
-                self.evicted_mamba_slots += len(event.slots)
-                self.evicted_tokens += event.tokens
+    def sample(self, running: list[Any]) -> None:
+        """The pool's occupancy (for the peak) and each running request's slots. Slot counts
+        come from the requests' Python fields; slot ids are read (a device copy) only for the
+        first request seen with a new count."""
+        in_use = self.slots_in_use()
+        if in_use > self.slots_peak:
+            self.slots_peak = in_use  # a plain int: snapshot() reads it unlocked
+        self._sample_requests(running)
 
     def _sample_requests(self, running: list[Any]) -> None:
         reqs = [req for req in running if req.kv.mamba_pool_idx is not None]
@@ -64,16 +59,18 @@ class StatsCollector:
             for layout in layouts:
                 self.example_layouts.setdefault(1 + len(layout.ping_pong), layout)
 
-    def snapshot(self, hook_errors: int) -> Stats:
+    def snapshot(self, step: int, hook_errors: int) -> Stats:
+        """The counters after step `step`; the peak counts the slots in use now too."""
+        in_use = self.slots_in_use()
         with self._lock:
             return Stats(
                 schema_version=SCHEMA_VERSION,
-                step=self.step,
+                step=step,
                 mamba_pool_size=self.mamba_pool_size,
-                mamba_slots_in_use=self.slots_in_use,
-                mamba_slots_peak=self.slots_peak,
-                evicted_mamba_slots=self.evicted_mamba_slots,
-                evicted_tokens=self.evicted_tokens,
+                mamba_slots_in_use=in_use,
+                mamba_slots_peak=max(self.slots_peak, in_use),
+                evicted_mamba_slots=self._sink.evicted_slots,
+                evicted_tokens=self._sink.evicted_tokens,
                 hook_errors=hook_errors,
                 slots_per_request=dict(self.slots_per_request),
                 example_layouts=[self.example_layouts[k] for k in sorted(self.example_layouts)],

@@ -40,7 +40,7 @@ EveryStepOption = Annotated[
     typer.Option(
         "--every-step/--live",
         help="Have the engine capture every scheduler step for this view (~1 ms a step on the CPU demo); "
-        "--live: as often as its time budget allows, a few frames a second (MCINSPECT_LIVE_BUDGET, default 1%).",
+        "--live: as often as its time budget allows, a few frames a second (MCINSPECT_LIVE_BUDGET, default 0.8% of the scheduler's time).",
     ),
 ]
 

@@ -398,13 +398,16 @@ class Stats(_Message):
     step: Step
     mamba_pool_size: int
     mamba_slots_in_use: int
+    """Out of the allocator's free list when the reply was made."""
     mamba_slots_peak: int
+    """The most in use at a sampled step boundary (every captured step, every 16th step nobody
+    observed) or now."""
     evicted_mamba_slots: int
     evicted_tokens: int
     hook_errors: int
     slots_per_request: dict[int, int]
-    """Histogram: slots held by one running request (working + ping-pong) -> observations (every
-    captured step, and every 8th step nobody observed)."""
+    """Histogram: slots held by one running request (working + ping-pong) -> observations (at
+    the sampled step boundaries)."""
     example_layouts: list[SlotLayout]
     """One observed layout per distinct slot count, for the record."""
     counters: Counters = Counters()
@@ -413,8 +416,8 @@ class Stats(_Message):
     self_check_failures: int = 0
     self_check_first_failure: str = ""
     hook_seconds: float = 0.0
-    """Time the scheduler thread spent inside mcinspect's hooks since the inspector started
-    (capture included; its first full capture, at engine start, not)."""
+    """Time the scheduler thread spent inside mcinspect's hooks, captures included; not the
+    set-up at engine start (importing mcinspect, the first full capture, binding the ports)."""
 
 
 class ErrorReply(_Message):

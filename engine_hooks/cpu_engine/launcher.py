@@ -8,6 +8,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import PORT_ENV, ConfigError, HooksConfig
 from . import patches
 from .tiny_model import ensure_tiny_model
 
@@ -78,6 +79,10 @@ def validate(config: EmbeddedEngineConfig) -> None:
     if config.verify_recompute and config.inspector_port is None:
         raise EngineStartError("--verify stores its results with the hooks' capture; it needs the hooks (drop --no-hooks)")
     if config.inspector_port is not None:
+        try:  # what the plugin will read in the engine's processes: refuse now, not in their log
+            HooksConfig.from_env(os.environ | {PORT_ENV: str(config.inspector_port)})
+        except ConfigError as exc:
+            raise EngineStartError(str(exc)) from None
         ensure_port_free(config.inspector_port)
         ensure_port_free(config.inspector_port + 1)  # the stream port of scheduler rank 0
 
@@ -126,7 +131,7 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     os.environ[patches.ENV_FLAG] = "1"  # reaches the scheduler processes sglang spawns
     os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = config.tree_core
     if config.inspector_port is not None:
-        os.environ["MCINSPECT_PORT"] = str(config.inspector_port)
+        os.environ[PORT_ENV] = str(config.inspector_port)
     if config.self_check:
         os.environ["MCINSPECT_SELF_CHECK"] = "1"
     if config.fault is not None:

@@ -3,7 +3,7 @@ client streaming (goal: >= 0.99x), and with fingerprint capture (goal >= 0.98x).
 
 "hooks on" captures on demand (nothing per step while nobody is subscribed). "+ live client"
 streams what a TUI gets by default: captures as often as the inspector's time budget allows
-(MCINSPECT_LIVE_BUDGET, 1% of the scheduler's time). "+ every-step client" asks for every step
+(MCINSPECT_LIVE_BUDGET, 0.8% of the scheduler's time). "+ every-step client" asks for every step
 (what `mcinspect record` and `check` do). "every step" forces that capture without a client's
 own CPU use, and "no fingerprints" is that without slot fingerprints.
 

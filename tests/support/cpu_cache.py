@@ -117,7 +117,7 @@ def install_hooks(points: list[tuple[str, str, Callable[..., None]]]) -> Callabl
         owner_path, attr = target.rsplit(".", 1)
         owner = pkgutil.resolve_name(owner_path)
         originals.append((owner, attr, owner.__dict__[attr]))
-        HookRegistry.register(target, fn, HookType.BEFORE if when == "before" else HookType.AFTER)
+        HookRegistry.register(target, fn, HookType(when))
     HookRegistry.apply_hooks()
 
     def restore() -> None:

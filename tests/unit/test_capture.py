@@ -414,6 +414,28 @@ def test_events_describe_what_happened(hooks: tuple[EventSink, ErrorCounter]) ->
     assert errors.total == 0
 
 
+def test_unobserved_step_keeps_no_events_but_counts_evictions(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    sink, errors = hooks
+    scheduler = build_cache()
+    drive = Driver(scheduler)
+    Capture(scheduler, sink).full_state(Step(0))
+    for first in (0, 100):  # two cached prefixes, each with its own mamba slot
+        req = drive.admit(list(range(first, first + 40)))
+        drive.prefill(req, 40)
+        drive.finish(req)
+    sink.drain(Step(0))
+    slots, kv = scheduler.req_to_token_pool.mamba_allocator, scheduler.token_to_kv_pool_allocator
+    before = (sink.evicted_slots, sink.evicted_tokens, slots.available_size(), kv.available_size())
+    sink.observed = False
+    scheduler.tree_cache.evict(EvictParams(num_tokens=0, mamba_num=2))
+    assert sink.drain(Step(1)) == []
+    # what sglang's own allocators got back
+    freed_slots, freed_tokens = slots.available_size() - before[2], kv.available_size() - before[3]
+    assert freed_slots >= 2 and freed_tokens > 0
+    assert (sink.evicted_slots - before[0], sink.evicted_tokens - before[1]) == (freed_slots, freed_tokens)
+    assert errors.total == 0
+
+
 def test_event_list_is_bounded() -> None:
     sink = EventSink(max_events=2)
     for _ in range(5):

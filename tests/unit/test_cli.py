@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from mcinspect.cli import app
@@ -61,3 +62,12 @@ def test_snapshot_format_and_option_errors(tmp_path: Path) -> None:
         assert result.exit_code == 2, args
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], (args, result.output)
+
+
+def test_a_bad_hooks_setting_is_refused_before_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin would only log it in the engine's processes and run without hooks."""
+    monkeypatch.setenv("MCINSPECT_LIVE_BUDGET", "2")
+    result = runner.invoke(app, ["demo", "--headless"])
+    assert result.exit_code == 2
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error:") and "MCINSPECT_LIVE_BUDGET='2'" in last

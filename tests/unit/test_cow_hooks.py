@@ -20,8 +20,9 @@ from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: E402
 from mcinspect.checks.cow_copy import check_cow_copy  # noqa: E402
 from mcinspect.checks.history import StepView  # noqa: E402
 from mcinspect.schema import CacheState, CowEvent, KvState, Step  # noqa: E402
-from mcinspect_engine_hooks.cow_hooks import cow_hook_points  # noqa: E402
+from mcinspect_engine_hooks.cow_hooks import cow_hook  # noqa: E402
 from mcinspect_engine_hooks.event_sink import EventSink  # noqa: E402
+from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
 
 
@@ -33,10 +34,12 @@ def hooked() -> Iterator[tuple[SimpleNamespace, EventSink]]:
     cache = pool.mamba_pool.mamba_cache
     for state in [*cache.conv, cache.temporal]:
         state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
-    sink = EventSink()
-    restore = install_hooks(cow_hook_points(sink))
+    sink, errors = EventSink(), ErrorCounter()
+    target, before, after = cow_hook(sink)
+    restore = install_hooks([(target, "around", errors.around_observed(before, after, sink))])
     yield SimpleNamespace(req_to_token_pool=pool, is_draft_worker=False), sink
     restore()
+    assert errors.total == 0
 
 
 def forward(runner: SimpleNamespace, sources: list[int], destinations: list[int], cleared: list[int]) -> None:
@@ -83,6 +86,18 @@ def test_decode_forwards_and_empty_batches_emit_nothing(hooked) -> None:
     batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, mamba_cow_src_indices=torch.tensor([3]), mamba_cow_dst_indices=torch.tensor([10]), mamba_clear_indices=None)
     ModelRunner._maybe_execute_deferred_mamba_cow_and_clear(runner, batch)
     assert sink.drain(Step(1)) == []
+
+
+def test_a_step_nobody_observes_copies_and_emits_nothing(hooked) -> None:
+    runner, sink = hooked
+    sink.observed = False
+    before = slot_fingerprint(runner, 3)
+    forward(runner, [3], [10], [12])
+    assert sink.drain(Step(1)) == []
+    # sglang's own method still ran: the copy and the clear happened
+    assert slot_fingerprint(runner, 10) == before != slot_fingerprint(runner, 12)
+    cache = runner.req_to_token_pool.mamba_pool.mamba_cache
+    assert not cache.temporal[:, 12].any()
 
 
 def _state() -> CacheState:

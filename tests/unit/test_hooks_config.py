@@ -43,7 +43,7 @@ def test_capture_mode_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_live_budget_is_a_share_of_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCINSPECT_PORT", "7777")
     monkeypatch.delenv("MCINSPECT_LIVE_BUDGET", raising=False)
-    assert HooksConfig.from_env().live_budget == 0.01
+    assert HooksConfig.from_env().live_budget == 0.008
     monkeypatch.setenv("MCINSPECT_LIVE_BUDGET", "0.05")
     assert HooksConfig.from_env().live_budget == 0.05
     for bad in ("5%", "0", "2", "-0.1"):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 import zmq
+from sglang.srt.mem_cache.allocator.mamba import MambaSlotAllocator
 
 from mcinspect.client import EngineRefused, EngineUnreachable, request
 from mcinspect.schema import (
@@ -36,6 +37,7 @@ from mcinspect.schema import (
     reply_decoder,
 )
 from mcinspect.target import Target
+from mcinspect_engine_hooks.event_sink import EventSink
 from mcinspect_engine_hooks.publisher import HistoryWindow
 from mcinspect_engine_hooks.server import RequestServer
 from mcinspect_engine_hooks.stats import StatsCollector
@@ -83,7 +85,7 @@ def make_server() -> Iterator[Callable[..., RequestServer]]:
         port = _free_port()
         server = RequestServer(
             "127.0.0.1", port, token=token, info=_info(port), snapshot=snapshot, history=_history,
-            stats=lambda: StatsCollector(8).snapshot(hook_errors=3),
+            stats=lambda: StatsCollector(MambaSlotAllocator(8, "cpu"), EventSink()).snapshot(step=1, hook_errors=3),
         )  # fmt: skip
         server.start()
         servers.append(server)
@@ -168,7 +170,7 @@ def _rebind(port: int, info: EngineInfo, timeout_s: float = 2.0) -> RequestServe
         try:
             return RequestServer(
                 "127.0.0.1", port, token="", info=info, snapshot=lambda: SNAPSHOT, history=_history,
-                stats=lambda: StatsCollector(8).snapshot(hook_errors=0),
+                stats=lambda: StatsCollector(MambaSlotAllocator(8, "cpu"), EventSink()).snapshot(step=1, hook_errors=0),
             )  # fmt: skip
         except zmq.ZMQError as exc:
             if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
