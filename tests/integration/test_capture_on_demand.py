@@ -9,10 +9,10 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
+from waiting import until
 
 from mcinspect.client import EngineUnreachable, request
 from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, Stats
@@ -62,7 +62,7 @@ def test_unwatched_and_live_steps_are_skipped_and_caught_up() -> None:
             final = _snapshot(target)  # the engine is idle now: caught up in Scheduler.on_idle
             stats = request(target, GetStats(schema_version=SCHEMA_VERSION))
             assert isinstance(stats, Stats)
-            _until(lambda: live.counters().last_seq >= final.seq)
+            assert until(lambda: live.counters().last_seq >= final.seq, 20), live.counters()
             frames = [frame.step for frame in live.history()]
             assert live.latest().state == final.state and live.counters().resyncs == 0
         assert final.state.step == stats.step and steps == sorted(steps)
@@ -76,10 +76,3 @@ def test_unwatched_and_live_steps_are_skipped_and_caught_up() -> None:
             assert late.latest().state == final.state
     finally:
         stop_served_demo(process, tag)
-
-
-def _until(condition: Callable[[], bool], timeout_s: float = 20) -> None:
-    end = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.1)

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 from engine_runs import MCINSPECT
 from live_demo import REQUESTS, LiveDemo, open_fds, snapshot_of
+from waiting import until
 
 from mcinspect.client import request
 from mcinspect.schema import SCHEMA_VERSION, GetStats, Hello, Snapshot, Stats
@@ -25,9 +26,7 @@ pytestmark = pytest.mark.slow
 
 
 def _settled(session: Session, seq: int, deadline_s: float = 20) -> None:
-    end = time.monotonic() + deadline_s
-    while session.counters().last_seq < seq and time.monotonic() < end:
-        time.sleep(0.1)
+    until(lambda: session.counters().last_seq >= seq, deadline_s)
     assert session.counters().last_seq == seq
 
 
@@ -71,9 +70,7 @@ def test_a_late_client_sees_the_same_state(live: LiveDemo) -> None:
 
 def test_a_stalled_client_catches_up(live: LiveDemo) -> None:
     snapshot = snapshot_of(live.target)
-    deadline = time.monotonic() + 30
-    while live.stalled.counters().last_seq < snapshot.seq and time.monotonic() < deadline:
-        live.stalled.poll(0.2)
+    until(lambda: live.stalled.counters().last_seq >= snapshot.seq, 30, lambda: live.stalled.poll(0.2))
     counters = live.stalled.counters()
     assert counters.gaps > 0  # it really fell behind
     assert live.stalled.latest().state == snapshot.state

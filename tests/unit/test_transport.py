@@ -22,6 +22,7 @@ from collections.abc import Callable
 import msgspec
 import pytest
 import zmq
+from waiting import until
 
 from mcinspect.client import EngineRefused, EngineUnreachable, request
 from mcinspect.schema import (
@@ -201,18 +202,9 @@ class _Engine:
         self.server.close()
 
 
-def _until(condition: Callable[[], bool], timeout_s: float, poll: Callable[[], object] = lambda: time.sleep(0.02)) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        poll()
-    return True
-
-
 def _follow(session: Session, engine: _Engine, timeout_s: float = 10.0) -> None:
     """Poll until the session has reached the engine's last seq."""
-    assert _until(lambda: session.counters().last_seq >= engine.seq, timeout_s, lambda: session.poll(0.05)), session.counters()
+    assert until(lambda: session.counters().last_seq >= engine.seq, timeout_s, lambda: session.poll(0.05)), session.counters()
 
 
 def _assert_time_travel(session: Session, engine: _Engine, after_index: int = -1) -> None:
@@ -277,7 +269,7 @@ def test_two_sessions_at_once(engine: _Engine) -> None:
         session.start_reader(lambda result, i=i: updates.__setitem__(i, updates[i] + result.new_frames))
     engine.step(200)
     for session in sessions:
-        assert _until(lambda: session.counters().last_seq == 200, 10)
+        assert until(lambda: session.counters().last_seq == 200, 10)
         assert session.latest().state == engine.state
         session.close()
     assert all(u > 0 for u in updates)
@@ -294,7 +286,7 @@ def test_a_session_that_joins_mid_stream(engine: _Engine) -> None:
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        assert _until(lambda: engine.seq >= 100, 10)
+        assert until(lambda: engine.seq >= 100, 10)
         session = Session(engine.target, timeout_s=2)
         session.connect()
         session.start_reader()
@@ -302,7 +294,7 @@ def test_a_session_that_joins_mid_stream(engine: _Engine) -> None:
     finally:
         stop.set()
         producer.join()
-    assert _until(lambda: session.counters().last_seq == engine.seq, 10), session.counters()
+    assert until(lambda: session.counters().last_seq == engine.seq, 10), session.counters()
     assert session.latest().state == engine.state
     first = session.history()[0]
     assert first.resync and first.seq >= 100
@@ -320,19 +312,19 @@ def test_a_killed_session_leaves_nothing_behind(engine: _Engine) -> None:
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ})
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
-        assert _until(lambda: engine.publisher.watched, 5)
+        assert until(lambda: engine.publisher.watched, 5)
         engine.step(100)
         child.send_signal(signal.SIGKILL)
         child.wait(5)
-        assert _until(lambda: not engine.publisher.watched, 5)  # a dead subscriber is noticed
+        assert until(lambda: not engine.publisher.watched, 5)  # a dead subscriber is noticed
         published = engine.publisher.published
         engine.step(100)  # the publisher keeps going after its subscriber died mid-stream
-        assert _until(lambda: engine.publisher.published >= published + 100, 5)
+        assert until(lambda: engine.publisher.published >= published + 100, 5)
     finally:
         child.kill()
         child.wait()
         child.stdout.close()
-    assert _until(lambda: _fds() <= fds and _threads() <= threads, 5), (fds, _fds(), threads, _threads())
+    assert until(lambda: _fds() <= fds and _threads() <= threads, 5), (fds, _fds(), threads, _threads())
     with Session(engine.target, timeout_s=2) as session:  # and still serves a new client
         session.connect()
         assert session.latest().state == engine.state
@@ -343,13 +335,13 @@ def test_watched_while_any_session_is_subscribed(engine: _Engine) -> None:
     assert not engine.publisher.watched
     first, second = Session(engine.target, timeout_s=2), Session(engine.target, timeout_s=2)
     first.connect()
-    assert _until(lambda: engine.publisher.watched, 5)
+    assert until(lambda: engine.publisher.watched, 5)
     second.connect()
     first.close()
     time.sleep(0.3)
     assert engine.publisher.watched  # the second one still is
     second.close()
-    assert _until(lambda: not engine.publisher.watched, 5)
+    assert until(lambda: not engine.publisher.watched, 5)
 
 
 def test_every_step_while_any_session_asks_for_it(engine: _Engine) -> None:
@@ -357,20 +349,20 @@ def test_every_step_while_any_session_asks_for_it(engine: _Engine) -> None:
     (every_step, the default) makes it capture every step until it leaves."""
     live = Session(engine.target, timeout_s=2, every_step=False)
     live.connect()
-    assert _until(lambda: engine.publisher.watched, 5)
+    assert until(lambda: engine.publisher.watched, 5)
     time.sleep(0.3)
     assert not engine.publisher.every_step
     with Session(engine.target, timeout_s=2) as recorder:
         recorder.connect()
-        assert _until(lambda: engine.publisher.every_step, 5)
+        assert until(lambda: engine.publisher.every_step, 5)
         engine.step(5)
         _follow(live, engine)  # the marker topic takes nothing from the stream
         _follow(recorder, engine)
         assert live.latest().state == recorder.latest().state == engine.state
-    assert _until(lambda: not engine.publisher.every_step, 5)
+    assert until(lambda: not engine.publisher.every_step, 5)
     assert engine.publisher.watched  # the live view still is
     live.close()
-    assert _until(lambda: not engine.publisher.watched, 5)
+    assert until(lambda: not engine.publisher.watched, 5)
 
 
 def test_a_stalled_subscriber_never_slows_the_publisher() -> None:
@@ -390,7 +382,7 @@ def test_a_stalled_subscriber_never_slows_the_publisher() -> None:
             for delta in deltas[start : start + 100]:
                 engine.publish(delta)
             windows.append(100 / (time.perf_counter() - began))
-        assert _until(lambda: engine.publisher.published >= engine.seq, 20)  # sender idle again
+        assert until(lambda: engine.publisher.published >= engine.seq, 20)  # sender idle again
         return max(windows)
 
     try:
@@ -417,9 +409,9 @@ def test_a_full_queue_drops_counts_and_the_session_recovers() -> None:
         engine.step(10)  # sender not started yet: 4 fit, 6 dropped
         assert engine.publisher.dropped == 6
         engine.publisher.start()
-        assert _until(lambda: engine.publisher.published == 4, 5)  # the queue is free again
+        assert until(lambda: engine.publisher.published == 4, 5)  # the queue is free again
         engine.step(1)
-        assert _until(lambda: engine.publisher.published == 5, 5)
+        assert until(lambda: engine.publisher.published == 5, 5)
         engine.step(9)
         _follow(session, engine)
         assert session.latest().state == engine.state
@@ -541,7 +533,7 @@ def test_the_request_socket_survives_1000_malformed_frames(engine: _Engine) -> N
         assert not huge.poll(300)
         huge.close()
     assert request(engine.target, Hello(schema_version=SCHEMA_VERSION)) == engine.info
-    assert _until(lambda: _fds() <= fds and _threads() <= threads, 5), (fds, _fds(), threads, _threads())
+    assert until(lambda: _fds() <= fds and _threads() <= threads, 5), (fds, _fds(), threads, _threads())
 
 
 def test_an_engine_that_goes_away_and_comes_back() -> None:
@@ -554,12 +546,12 @@ def test_an_engine_that_goes_away_and_comes_back() -> None:
     last_before = session.history()[-1]
     before = session.state_at(last_before.index)
     first.close()
-    assert _until(lambda: not session.counters().connected, 5, lambda: session.poll(0.05))
+    assert until(lambda: not session.counters().connected, 5, lambda: session.poll(0.05))
     assert session.latest().state == before  # what we had stays readable
     second = _eventually_bound(lambda: _Engine(seed=2, pid=2, **ports))  # restarted: new pid, seqs from 1
     try:
         second.step(10)
-        assert _until(lambda: session.connected, 5, lambda: session.poll(0.05)), session.counters()
+        assert until(lambda: session.connected, 5, lambda: session.poll(0.05)), session.counters()
         second.step(10)
         _follow(session, second)
         assert session.latest().state == second.state
