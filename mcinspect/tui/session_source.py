@@ -38,6 +38,9 @@ class SessionSource:
         self._retry_s = retry_s
         self._session: Session | None = None
         self._changes: dict[int, NodeChanges | None] = {}
+        self._announced = -1
+        """The newest frame on_frame has seen: the session's history may hold newer ones, whose
+        node changes are not known here yet, so the app is not shown them."""
         self._error = ""
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,6 +76,7 @@ class SessionSource:
         self._changes[info.index] = NodeChanges.of(frame)
         if len(self._changes) > CHANGES_KEPT:
             del self._changes[next(iter(self._changes))]  # dicts keep insertion order: the oldest
+        self._announced = info.index
 
     def node_changes(self, index: int) -> NodeChanges | None:
         return self._changes.get(index)
@@ -100,7 +104,9 @@ class SessionSource:
         )
 
     def frames(self) -> Sequence[FrameMeta]:
-        return [] if self._session is None else self._session.history()
+        if self._session is None:
+            return []
+        return [info for info in self._session.history() if info.index <= self._announced]
 
     def state_at(self, index: int) -> CacheState:
         from ..session import FrameEvicted

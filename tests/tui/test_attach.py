@@ -1,23 +1,27 @@
 """Attach over real sockets: the engine side's own transport (RequestServer + Publisher) serves
 the fault recording (its snapshot, then its deltas); the app connects through SessionSource and
 a real Session, follows the deltas, finds what a replay of the same recording finds, and keeps
-its history when the engine goes away.
+its history when the engine goes away. The app is shown a frame only once the source knows what
+it changed.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import msgspec
 from facts import states
 from helpers import run_async
 from snapshot_apps.replay_app import RECORDINGS, claimed_twice
+from waiting import until
 
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import SCHEMA_VERSION, Delta, Snapshot, Stats
-from mcinspect.session import Session
+from mcinspect.session import FrameInfo, Session
 from mcinspect.target import Target
 from mcinspect.tui import InspectorApp, SessionSource
+from mcinspect.tui.session_source import OnFrame
 from mcinspect.tui.static_source import StaticFrame
 from mcinspect_engine_hooks.publisher import Publisher
 from mcinspect_engine_hooks.server import RequestServer
@@ -99,4 +103,39 @@ async def test_attach_follows_the_engine_and_survives_its_exit() -> None:
             assert app.view.state.step == newest and len(source.frames()) == len(engine.deltas) + 1  # history kept
             assert "DISCONNECTED" in str(app.query_one("#header").render())
     finally:
+        engine.stop()
+
+
+def test_a_frame_is_listed_only_once_its_node_changes_are_known() -> None:
+    """The session appends a frame to its history before it hands it to on_frame; an app that
+    saw it in between would draw it without the delta's changes (CI saw exactly that)."""
+    engine = RecordedEngine("fault")
+    arrived, release = threading.Event(), threading.Event()
+
+    def held(on_frame: OnFrame) -> OnFrame:
+        def hold_the_first_delta(info: FrameInfo, frame: Delta | Snapshot) -> None:
+            if info.index == 1:
+                arrived.set()
+                release.wait(10)
+            on_frame(info, frame)
+
+        return hold_the_first_delta
+
+    source = SessionSource(
+        lambda on_frame: Session(Target("127.0.0.1", engine.port), timeout_s=0.5, heartbeat_s=0.3, on_frame=held(on_frame)),
+        name=f"127.0.0.1:{engine.port}",
+    )
+    source.start(lambda: None)
+    try:
+        assert until(lambda: len(source.frames()) == 1, timeout_s=10)
+        engine.publish_rest()
+        assert arrived.wait(10)
+        time.sleep(0.2)
+        assert [info.index for info in source.frames()] == [0]
+        release.set()
+        assert until(lambda: len(source.frames()) == len(engine.deltas) + 1, timeout_s=10)
+        assert all(source.node_changes(info.index) is not None for info in source.frames()[1:])
+    finally:
+        release.set()
+        source.close()
         engine.stop()

@@ -33,6 +33,8 @@ class FakeSession:
         if FakeSession.attempts == 1:
             raise EngineUnreachable("no answer from 127.0.0.1:1 within 5 s")
         self.info = FAULT.engine()
+        snapshot = next(iter(RecordingReader(RECORDINGS / "fault.mcrec")))
+        self.on_frame(self.history()[0], snapshot)  # a real Session announces its first frame at connect
         return self.info
 
     def start_reader(self, on_update) -> None:
