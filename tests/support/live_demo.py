@@ -113,7 +113,7 @@ def run_live_demo(workdir: Path) -> Iterator[LiveDemo]:
         recorder = subprocess.Popen(
             [MCINSPECT, "record", str(port), "-o", str(recording)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        # reads nothing until the workload is over: its queue overflows, it must catch up
+        # reads nothing until the workload is over, then must catch up (its ZMQ queue holds 20)
         stalled = _connect_when_up(target, deadline_s=10, rcv_hwm=20)
         sessions.append(stalled)
         # a client killed mid-stream

@@ -1,9 +1,10 @@
-"""Shared by the TUI tests: settle the app (ingest done), then press keys."""
+"""Shared by the TUI tests: settle the app (ingest done), wait for a condition, press keys."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -25,6 +26,14 @@ async def settle(pilot: Pilot) -> None:
     await pilot.pause()
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
+
+
+async def pilot_until(pilot: Pilot, condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Let the app run until `condition` holds; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.05)
 
 
 def settle_then(*keys: str) -> Callable[[Pilot], Awaitable[None]]:

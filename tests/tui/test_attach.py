@@ -12,7 +12,7 @@ import time
 
 import msgspec
 from facts import states
-from helpers import run_async
+from helpers import pilot_until, run_async
 from snapshot_apps.replay_app import RECORDINGS, claimed_twice
 from waiting import until
 
@@ -62,13 +62,6 @@ class RecordedEngine:
         self.publisher.close()
 
 
-async def _until(pilot, condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await pilot.pause(0.05)
-
-
 def _replayed_violations() -> list[tuple[int, tuple[int, ...]]]:
     """(step, slots) of what the stand-in checker finds frame by frame in the recording."""
     fault, found = states("fault"), []
@@ -89,16 +82,16 @@ async def test_attach_follows_the_engine_and_survives_its_exit() -> None:
     app = InspectorApp(source, checker=claimed_twice)
     try:
         async with app.run_test(size=(120, 36)) as pilot:
-            await _until(pilot, lambda: app.view is not None)
+            await pilot_until(pilot, lambda: app.view is not None)
             assert app.view.state == engine.snapshot.state and source.health().status == "connected"
             engine.publish_rest()
-            await _until(pilot, lambda: app.view.state.step == newest)
+            await pilot_until(pilot, lambda: app.view.state.step == newest)
             assert app.view.state == states("fault")[-1]
             expected = _replayed_violations()
-            await _until(pilot, lambda: [(v.step, v.violation.slots) for v in app.ledger.violations()] == expected)
+            await pilot_until(pilot, lambda: [(v.step, v.violation.slots) for v in app.ledger.violations()] == expected)
             assert source.node_changes(app.view.frame) is not None  # deltas reach the views
             engine.stop()
-            await _until(pilot, lambda: source.health().status == "disconnected")
+            await pilot_until(pilot, lambda: source.health().status == "disconnected")
             await pilot.pause(0.2)
             assert app.view.state.step == newest and len(source.frames()) == len(engine.deltas) + 1  # history kept
             assert "DISCONNECTED" in str(app.query_one("#header").render())

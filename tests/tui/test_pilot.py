@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 from facts import ancestors, first_double_claim, pages, states
-from helpers import run_async, settle
+from helpers import pilot_until, run_async, settle
 from rich.segment import Segment
 from snapshot_apps.replay_app import load, make_app
 from textual.geometry import Region
@@ -90,9 +90,9 @@ async def test_a_failing_checker_is_reported_not_fatal() -> None:
 
     app = InspectorApp(load("fault"), checker=broken)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
+        await pilot_until(pilot, lambda: any("boom" in str(n.message) for n in app._notifications))
+        await settle(pilot)
         assert app.is_running and app.view.frame == NEWEST
-        assert any("boom" in str(n.message) for n in app._notifications)
 
 
 @run_async
