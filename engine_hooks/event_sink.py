@@ -163,14 +163,11 @@ class EventSink:
 
     def drain(self, step: Step) -> list[Event]:
         """The events since the last drain, stamped with `step` (one device copy for all)."""
-        return self._convert(self._take(), step)
-
-    def _take(self) -> list[tuple[type, dict[str, Any]]]:
         # An eviction whose after-hook never ran (it raised) is over by the step boundary.
         self._evict_depth = 0
         self._flush_eviction()
         pending, self._pending = self._pending, []
-        return pending
+        return self._convert(pending, step)
 
     def _convert(self, pending: list[tuple[type, dict[str, Any]]], step: Step) -> list[Event]:
         tensors: list[IndexValue] = []

@@ -101,15 +101,13 @@ class Inspector:
         after the forward, when little of mcinspect is in the CPU's caches)."""
         self._step += 1
         sink = self.sink
+        if sink.observed or self._step % SAMPLE_EVERY == 0:
+            self.stats.sample(scheduler.running_batch.reqs)
         if sink.observed:  # planned at the previous boundary: its hooks kept evidence
             step = Step(self._step)
-            events = sink.drain(step)
-            self.stats.sample(scheduler.running_batch.reqs)
-            self._capture(scheduler, batch, step, events)
+            self._capture(scheduler, batch, step, sink.drain(step))
         else:
             self._unobserved += 1
-            if self._step % SAMPLE_EVERY == 0:
-                self.stats.sample(scheduler.running_batch.reqs)
             if self._wanted.is_set():
                 self._capture(scheduler, batch, Step(self._step), [])
         # Whether the step now starting will be captured at its end.
