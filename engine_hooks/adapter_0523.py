@@ -147,6 +147,26 @@ class PythonTreeView:
         return out
 
 
+    def slot_of(self, node_id: int) -> int | None:
+        """The mamba slot node `node_id` holds now; None when it is gone or holds none."""
+        node = self.core._node_arena.get(node_id)
+        if node is None:
+            return None
+        value = node.component_data[MAMBA].value
+        return int(value.reshape(-1)[0]) if value is not None and value.numel() else None
+
+    def path_tokens(self, node_id: int) -> list[int] | None:
+        """The token ids from the root to the end of node `node_id`'s key."""
+        node = self.core._node_arena.get(node_id)
+        if node is None:
+            return None
+        keys = []
+        while node.parent is not None:
+            keys.append(node.key.raw_token_ids())
+            node = node.parent
+        return [token for key in reversed(keys) for token in key]
+
+
 def depth_of(node: Any, known: Callable[[int], int | None], memo: dict[int, int] | None = None) -> int:
     """Tokens from the root to `node`'s key start, walking up only to the nearest node whose
     depth is `known` (a node's depth changes only when it is the child half of a split)."""
@@ -184,6 +204,18 @@ class RustTreeView:
     def tree_slots(self) -> torch.Tensor:
         """Every mamba slot some node holds (`all_mamba_values_flatten`), int64 on the CPU."""
         return self.core.all_mamba_values_flatten().reshape(-1).to("cpu", torch.int64)
+
+    def slot_of(self, node_id: int) -> int | None:
+        """The mamba slot node `node_id` holds now (the binding resolves any live id)."""
+        try:
+            value = self.core.get_component_device_value(node_id, MAMBA)
+        except Exception:  # an id the binding no longer knows (evicted)
+            return None
+        return int(value.reshape(-1)[0]) if value is not None and value.numel() else None
+
+    def path_tokens(self, node_id: int) -> list[int] | None:
+        """Keys are hidden in the Rust core: the verifier uses the tokens recorded at insert."""
+        return None
 
     def path_records(self, anchors: Iterable[tuple[int, Sequence[int]]]) -> dict[NodeId, NodeRecord]:
         """The nodes from the root to each anchor node, keyed by id.

@@ -158,6 +158,14 @@ class Capture:
         """False on the Rust tree core: only nodes on request paths are visible."""
         return self._view.full_detail
 
+    def slot_of(self, node_id: int) -> int | None:
+        """The mamba slot a node holds in the tree now (read from sglang, not the baseline)."""
+        return self._view.slot_of(node_id)
+
+    def path_tokens(self, node_id: int) -> list[int] | None:
+        """A node's prefix tokens from the tree (Python core), else None."""
+        return self._view.path_tokens(node_id)
+
     @property
     def size(self) -> int:
         """Mamba pool slots (1..size)."""

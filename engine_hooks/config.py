@@ -18,6 +18,22 @@ snapshot is asked for), every step if one asked for it, else as the live budget 
 every-step: always (what --self-check and --verify default to)."""
 LIVE_BUDGET_ENV = "MCINSPECT_LIVE_BUDGET"
 """Share of the scheduler thread's time the inspector may use for live clients (live_cadence.py)."""
+VERIFY_ENV = "MCINSPECT_VERIFY"
+VERIFY_MODES = ("off", "engine", "transformers", "both")
+"""engine: T2 through the engine's own forward pass (any model, any device); transformers: the
+embedded CPU engine's independent implementation; both: each state by each oracle."""
+VERIFY_SHARE_ENV = "MCINSPECT_VERIFY_SHARE"
+DEFAULT_VERIFY_SHARE = 0.05
+"""Reference prefills may take at most this share of the scheduler's time while requests run
+(5%: a prefill of a cached prefix costs about what its first serving did, so verifying most new
+states of a cache-heavy workload fits, and users lose at most ~5% throughput). While the engine
+is idle they run one per idle turn, costing nobody."""
+VERIFY_RATE_ENV = "MCINSPECT_VERIFY_RATE"
+DEFAULT_VERIFY_RATE = 20.0
+"""At most this many reference prefills a second, busy or idle."""
+VERIFY_WORKING_ENV = "MCINSPECT_VERIFY_WORKING"
+DEFAULT_VERIFY_WORKING = 0.25
+"""Share of reference prefills spent on running requests' working states, when any runs."""
 LOOPBACK = "127.0.0.1"
 PORTS_PER_PROCESS = 2
 """Each scheduler process binds a request port and, next to it, a stream port."""
@@ -37,6 +53,11 @@ class HooksConfig:
     capture: str = ""
     """One of CAPTURE_MODES, or "" for the default (see Inspector)."""
     live_budget: float = DEFAULT_BUDGET
+    verify: str = "off"
+    """One of VERIFY_MODES."""
+    verify_share: float = DEFAULT_VERIFY_SHARE
+    verify_rate: float = DEFAULT_VERIFY_RATE
+    verify_working: float = DEFAULT_VERIFY_WORKING
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> HooksConfig | None:
@@ -55,16 +76,48 @@ class HooksConfig:
         capture = environ.get(CAPTURE_ENV, "")
         if capture and capture not in CAPTURE_MODES:
             raise ConfigError(f"{CAPTURE_ENV}={capture!r}: choose one of {', '.join(CAPTURE_MODES)}")
-        raw_budget = environ.get(LIVE_BUDGET_ENV, str(DEFAULT_BUDGET))
-        try:
-            live_budget = float(raw_budget)
-        except ValueError:
-            live_budget = -1.0
-        if not 0 < live_budget <= 1:
-            raise ConfigError(f"{LIVE_BUDGET_ENV}={raw_budget!r}: give a share of time in (0, 1], e.g. 0.01")
-        return cls(base_port=port, host=host, token=token, capture=capture, live_budget=live_budget)
+        live_budget = _share(environ, LIVE_BUDGET_ENV, DEFAULT_BUDGET)
+        verify = environ.get(VERIFY_ENV, "off") or "off"
+        if verify not in VERIFY_MODES:
+            raise ConfigError(f"{VERIFY_ENV}={verify!r}: choose one of {', '.join(VERIFY_MODES)}")
+        return cls(
+            base_port=port,
+            host=host,
+            token=token,
+            capture=capture,
+            live_budget=live_budget,
+            verify=verify,
+            verify_share=_share(environ, VERIFY_SHARE_ENV, DEFAULT_VERIFY_SHARE),
+            verify_rate=_positive(environ, VERIFY_RATE_ENV, DEFAULT_VERIFY_RATE),
+            verify_working=_share(environ, VERIFY_WORKING_ENV, DEFAULT_VERIFY_WORKING, allow_zero=True),
+        )
 
     def request_port(self, *, tp_rank: int, tp_size: int, pp_rank: int, pp_size: int, dp_rank: int) -> int:
         """base + 2 * (global rank); global rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank."""
         rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank
         return self.base_port + PORTS_PER_PROCESS * rank
+
+
+def _number(environ: Mapping[str, str], name: str, default: float) -> tuple[float, str]:
+    raw = environ.get(name, "") or str(default)
+    try:
+        return float(raw), raw
+    except ValueError:
+        return float("nan"), raw
+
+
+def _share(environ: Mapping[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
+    """A share of time from the environment, in (0, 1] ([0, 1] with `allow_zero`)."""
+    value, raw = _number(environ, name, default)
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (low_ok and value <= 1):
+        interval = "[0, 1]" if allow_zero else "(0, 1]"
+        raise ConfigError(f"{name}={raw!r}: give a share of time in {interval}, e.g. {default:g}")
+    return value
+
+
+def _positive(environ: Mapping[str, str], name: str, default: float) -> float:
+    value, raw = _number(environ, name, default)
+    if not value > 0:
+        raise ConfigError(f"{name}={raw!r}: give a positive number, e.g. {default:g}")
+    return value

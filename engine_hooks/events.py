@@ -59,8 +59,9 @@ from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, Request
 from .cow_hooks import cow_hook
 from .event_sink import DeferredSlot, DeferredSlots, EventSink
 from .guard import ErrorCounter
+from .state_log import StateLog
 
-__all__ = ["EventSink", "HookPoint", "hook_points"]
+__all__ = ["EventSink", "HookPoint", "hook_points", "state_log_points"]
 
 _SRT = "sglang.srt."
 TREE_CORE = _SRT + "mem_cache.unified_cache.unified_tree_core.UnifiedTreeCore"
@@ -305,3 +306,14 @@ def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
         *[(target, when, errors.guard_observed(fn, sink)) for target, when, fn in observed_only],
         *[(target, "around", errors.around_observed(before, after, sink)) for target, before, after in observed_around],
     ]
+
+
+def state_log_points(log: StateLog, errors: ErrorCounter) -> list[HookPoint]:
+    """The StateLog's hooks (state_log.py), each guarded; they run at every step: the verifier
+    needs every state's prefix tokens and origin, observed steps or not."""
+    points = [
+        (f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", log.inserting),
+        (f"{SCHEDULE_BATCH}.prepare_for_extend", "after", log.extend_planned),
+        (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", log.decode_planned),
+    ]
+    return [(target, when, errors.guard(fn)) for target, when, fn in points]

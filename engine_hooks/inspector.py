@@ -27,8 +27,22 @@ from typing import Any
 
 import msgspec
 
-from mcinspect.schema import SCHEMA_VERSION, Counters, EngineInfo, Event, Seq, Snapshot, Stats, Step
+from mcinspect.schema import (
+    SCHEMA_VERSION,
+    Counters,
+    EngineInfo,
+    ErrorReply,
+    Event,
+    GetVerify,
+    Reply,
+    Seq,
+    Snapshot,
+    StartVerify,
+    Stats,
+    Step,
+)
 
+from . import extensions
 from .capture import Capture
 from .config import HooksConfig
 from .contents import ContentCapture
@@ -38,8 +52,9 @@ from .live_cadence import LiveCadence
 from .publisher import Publisher
 from .self_check import SelfCheck
 from .server import RequestServer
+from .state_log import StateLog
 from .stats import SAMPLE_EVERY, StatsCollector
-from .verify import RecomputeVerifier
+from .verifier import Verifier, VerifyUnavailable
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
@@ -51,7 +66,9 @@ capture (still consistent with the stream: the next delta carries what it lacks)
 class Inspector:
     """One per scheduler process; built in the AFTER hook of `Scheduler.__init__`."""
 
-    def __init__(self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink) -> None:
+    def __init__(
+        self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink, state_log: StateLog
+    ) -> None:
         from sglang.srt.runtime_context import get_parallel
 
         parallel = get_parallel()
@@ -72,16 +89,20 @@ class Inspector:
         self.capture = Capture(scheduler, sink)
         self.capture.full_state(Step(0))
         self.contents = ContentCapture(scheduler)
-        self.verifier = RecomputeVerifier.from_env(scheduler)  # T2, MCINSPECT_VERIFY_RECOMPUTE=1
+        self.verifier = Verifier(scheduler, config, state_log, self.capture.slot_of, self.capture.path_tokens)
         self.self_check = SelfCheck.from_env()
-        checking = self.verifier is not None or self.self_check is not None
-        self.every_step = config.capture == "every-step" or (not config.capture and checking)
+        self.every_step = config.capture == "every-step" or (not config.capture and self.self_check is not None)
         sink.observed = self.every_step  # nobody can have subscribed yet
         self.cadence = LiveCadence(config.live_budget)
         self.stats = StatsCollector(scheduler.req_to_token_pool.mamba_allocator, sink)
         self.publisher = Publisher(config.host, self.port + 1)
-        info = engine_info(
-            scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank
+        info = msgspec.structs.replace(
+            engine_info(
+                scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank
+            ),
+            verify=config.verify,
+            verify_share=config.verify_share,
+            verify_rate=config.verify_rate,
         )
         self.server = RequestServer(
             config.host,
@@ -91,9 +112,11 @@ class Inspector:
             snapshot=self.snapshot,
             history=self.publisher.history_after,
             stats=self.stats_reply,
+            handlers={StartVerify: self._start_verify, GetVerify: self._get_verify},
         )
         self.publisher.start()
         self.server.start()
+        extensions.set_step_source(lambda: self._step + 1)
 
     def on_step(self, scheduler: Any, batch: Any) -> None:
         """After `process_batch_result`: capture, number and publish this step's delta, or,
@@ -101,6 +124,7 @@ class Inspector:
         after the forward, when little of mcinspect is in the CPU's caches)."""
         self._step += 1
         sink = self.sink
+        self._verify_turn(idle=False)
         if sink.observed or self._step % SAMPLE_EVERY == 0:
             self.stats.sample(scheduler.running_batch.reqs)
         if sink.observed:  # planned at the previous boundary: its hooks kept evidence
@@ -119,12 +143,35 @@ class Inspector:
 
     def on_idle(self, scheduler: Any) -> None:
         """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
-        or for subscribers when the live stream's cadence allows."""
+        or for subscribers when the live stream's cadence allows; first, a verification turn."""
+        self._verify_turn(idle=True)
         if self._captured_step >= self._step:
             return
         if self._wanted.is_set() or (self.publisher.watched and self.cadence.idle_due(time.perf_counter(), self.errors.seconds)):
             step = Step(self._step)
             self._capture(scheduler, None, step, self.sink.drain(step))
+
+    def _verify_turn(self, *, idle: bool) -> None:
+        """Give the verifier its turn; the reference's own allocations are not engine events."""
+        sink = self.sink
+        observed = sink.observed
+        sink.observed = False
+        try:
+            self.verifier.on_turn(Step(self._step), idle=idle)
+        finally:
+            sink.observed = observed
+
+    def _start_verify(self, request: StartVerify) -> Reply:
+        try:
+            return self.verifier.start(list(request.nodes), request.all)
+        except VerifyUnavailable as exc:
+            return ErrorReply(schema_version=SCHEMA_VERSION, reason=str(exc))
+
+    def _get_verify(self, request: GetVerify) -> Reply:
+        try:
+            return self.verifier.status(request.ticket)
+        except VerifyUnavailable as exc:
+            return ErrorReply(schema_version=SCHEMA_VERSION, reason=str(exc))
 
     def _capture(self, scheduler: Any, batch: Any, step: Step, events: list[Event]) -> None:
         began = time.perf_counter()
@@ -132,8 +179,8 @@ class Inspector:
             parts = self.capture.step(step, batch)
             owners = self.capture.tree_owners()
             contents, dropped = self.contents.capture(step, owners)
-            if self.verifier is not None:
-                contents = self.verifier.after_capture(contents, dropped, owners)
+            contents, dropped = self.verifier.after_capture(contents, dropped, owners.keys())
+            events = events + self.verifier.take_events()
             self._seq += 1
             delta = msgspec.structs.replace(
                 parts.to_delta(seq=Seq(self._seq), step=step, events=events, counters=self.counters()),
@@ -174,9 +221,7 @@ class Inspector:
                 self._fresh.wait_for(lambda: self._captured_step >= target, timeout=SNAPSHOT_WAIT_S)
         with self._lock:
             state = self.capture.state
-            state.contents = self.contents.current()
-            if self.verifier is not None:
-                state.contents = self.verifier.overlay(state.contents)
+            state.contents = self.verifier.overlay(self.contents.current(), self.capture.tree_owners().keys())
             seq = self._seq
         return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=state, counters=self.counters())
 
@@ -194,6 +239,7 @@ class Inspector:
             self_check_failures=check.failures if check else 0,
             self_check_first_failure=check.first_failure if check else "",
             hook_seconds=self.errors.seconds,
+            verify=self.verifier.stats(),
         )
 
 

@@ -10,6 +10,7 @@ error in mcinspect is counted and logged, never raised into the scheduler.
 | `managers.scheduler.Scheduler.process_batch_result` | after | step boundary: capture, fingerprint, publish a delta (or, with no client subscribed or the live budget spent, count the step) |
 | `managers.scheduler.Scheduler.on_idle` | after | no batch to run: catch up if a snapshot request waits or the live stream is due |
 | (the cache, tree core and pool hooks of `events.py`) | before / after | events and dirty marks |
+| (the insert and track-plan hooks of `state_log.py`) | before / after | prefix tokens and origin of each cached state, for T2 |
 """
 
 from __future__ import annotations
@@ -43,25 +44,27 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from .events import EventSink, hook_points
+    from .events import EventSink, hook_points, state_log_points
+    from .state_log import StateLog
 
     sink = EventSink()
-    for target, when, hook in hook_points(sink, errors):
+    state_log = StateLog()
+    for target, when, hook in [*hook_points(sink, errors), *state_log_points(state_log, errors)]:
         HookRegistry.register(target, hook, HookType(when))
-    HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink), HookType.AFTER)
+    HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink, state_log), HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _after_step, HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.on_idle", _when_idle, HookType.AFTER)
     if os.environ.get(RAISE_IN_HOOK_ENV) == "1":
         HookRegistry.register(f"{SCHEDULER}.process_batch_result", _raise_for_self_test, HookType.AFTER)
 
 
-def _start(config: HooksConfig, sink: Any) -> Any:
+def _start(config: HooksConfig, sink: Any, state_log: Any) -> Any:
     @errors.guard_untimed
     def after_scheduler_init(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
         from .inspector import Inspector
 
         global inspector
-        inspector = Inspector(scheduler, config, errors, sink)
+        inspector = Inspector(scheduler, config, errors, sink, state_log)
         logger.warning(
             "mcinspect: scheduler pid %d on %s, requests :%d, stream :%d",
             os.getpid(), config.host, inspector.port, inspector.publisher.port,

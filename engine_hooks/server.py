@@ -11,8 +11,8 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import msgspec
 import zmq
@@ -58,7 +58,7 @@ class _VersionProbe(msgspec.Struct):
 
 
 class RequestServer:
-    """Answers Hello, GetSnapshot, GetHistory and GetStats on a ROUTER socket."""
+    """Answers Hello, GetSnapshot, GetHistory, GetStats and the `handlers`' types on a ROUTER socket."""
 
     def __init__(
         self,
@@ -70,17 +70,20 @@ class RequestServer:
         snapshot: Callable[[], Snapshot],
         history: Callable[[int], HistoryWindow | None],
         stats: Callable[[], Stats],
+        handlers: Mapping[type, Callable[[Any], Reply]] | None = None,
     ) -> None:
         """Bind now (a taken port raises here); `start()` serves.
 
         `snapshot` and `stats` are called on the server thread and must be thread-safe;
-        `history` is `Publisher.history_after`. An empty `token` disables the token check.
+        `history` is `Publisher.history_after`; `handlers` answer further request types
+        (request type -> thread-safe handler). An empty `token` disables the token check.
         """
         self.info = info
         self._token = token.encode()
         self._snapshot = snapshot
         self._history = history
         self._stats = stats
+        self._handlers = dict(handlers or {})
         self.rejected = 0
         """Requests refused or dropped (written by the server thread only)."""
         self.errors = 0
@@ -164,6 +167,9 @@ class RequestServer:
             return self._fail(f"{type(request).__name__} failed inside mcinspect: {exc}")
 
     def _dispatch(self, request: Request) -> Reply:
+        handler = self._handlers.get(type(request))
+        if handler is not None:
+            return handler(request)
         if isinstance(request, Hello):
             return self.info
         if isinstance(request, GetSnapshot):

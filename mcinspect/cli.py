@@ -61,6 +61,13 @@ class TreeCore(str, enum.Enum):
     rust = "rust"
 
 
+class Verify(str, enum.Enum):
+    engine = "engine"
+    transformers = "transformers"
+    both = "both"
+    off = "off"
+
+
 class Strategy(str, enum.Enum):
     no_buffer = "no_buffer"
     extra_buffer = "extra_buffer"
@@ -88,7 +95,7 @@ def demo(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
     tree_core: Annotated[TreeCore, typer.Option(help="sglang's tree core: python shows every node, rust (sglang's default) hides nodes off request paths.")] = TreeCore.python,
     fault: Annotated[Optional[str], typer.Option(help="Reproduce an upstream bug class in the engine (see `mcinspect faults`).")] = None,
-    verify: Annotated[bool, typer.Option(help="Check T2: recompute each cached state with the transformers model and compare (slow; embedded engine only).")] = False,
+    verify: Annotated[Verify, typer.Option(help="Check T2: compare each cached state (and sampled running requests' working states) with its prefix recomputed alone, by the engine's own forward pass, by transformers' implementation of the tiny model, or both.")] = Verify.engine,
     record: Annotated[Optional[str], typer.Option(help="Record the stream of the workload to this file (replay, check, render, diff it later).")] = None,
     hooks: Annotated[bool, typer.Option(help="Load mcinspect's hooks in the engine (off: the engine runs untouched, for A/B runs).")] = True,
     serve: Annotated[bool, typer.Option(help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal.")] = False,
@@ -129,7 +136,7 @@ def demo(
         tree_core=tree_core.value,
         self_check=self_check,
         fault=fault,
-        verify_recompute=verify,
+        verify=verify.value,
     )
     if not headless:
         if every_step is None:  # a fault is caught at its step: every step; else the live stream

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from .checks import CheckSpec, Violation
+from .schema import VerifyStats
 
 if TYPE_CHECKING:
     from mcinspect_engine_hooks.cpu_engine.faults import Fault
@@ -79,6 +80,17 @@ def summary_dict(summary: DemoSummary) -> dict[str, Any]:
     return data
 
 
+def verification_line(oracles: str, v: VerifyStats, workload_s: float) -> str:
+    """What the engine's T2 verifier did, in one line."""
+    busy = f" ({v.busy_seconds / workload_s:.0%} of the workload's time)" if workload_s else ""
+    per = f", {1000 * v.seconds / (v.verified + v.working):.1f} ms each" if v.verified + v.working else ""
+    return (
+        f"{oracles} oracle: {v.verified} cached states and {v.working} working states compared, "
+        f"{v.mismatches} mismatches; {v.queued} still queued, {v.gone} left the tree before their turn, "
+        f"{v.no_room} waits for room; {v.seconds:.2f} s of references{per}, {v.busy_seconds:.2f} s while busy{busy}"
+    )
+
+
 def print_summary(summary: DemoSummary) -> None:
     table = Table(title="mcinspect demo summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -108,6 +120,8 @@ def print_summary(summary: DemoSummary) -> None:
                 f"{layout.working}, ping-pong {layout.ping_pong}",
             )
         table.add_row("hook errors", str(stats.hook_errors))
+        if summary.verify != "off":
+            table.add_row("T2 verification", verification_line(summary.verify, stats.verify, summary.workload_s))
         if stats.step:
             table.add_row(
                 "inspector time",

@@ -27,6 +27,8 @@ class DemoSummary:
     overlap: bool
     seed: int
     engine_start_s: float
+    verify: str = "off"
+    """The T2 oracles the engine verified with."""
     workload_s: float = 0.0
     requests: int = 0
     waves: int = 0
@@ -76,18 +78,46 @@ def run_demo(
             overlap=config.effective_overlap,
             seed=config.seed,
             engine_start_s=time.perf_counter() - started,
+            verify=config.verify if config.inspector_port is not None else "off",
         )
         on_engine_started(summary.engine_start_s)
         with recording:
             _drive(engine, Workload(seed=config.seed, total_requests=requests), summary, on_wave_done)
         if config.inspector_port is not None:
-            # generous: on a loaded machine the engine may still be draining the last steps
-            reply = request(Target("127.0.0.1", config.inspector_port), GetStats(schema_version=SCHEMA_VERSION), timeout_s=30)
-            summary.stats = reply if isinstance(reply, Stats) else None
+            summary.stats = _final_stats(Target("127.0.0.1", config.inspector_port), verifying=config.verify != "off")
         after_workload(summary)
         return summary
     finally:
         engine.shutdown()
+
+
+VERIFY_SETTLE_S = 2.0
+"""The verifier's queue counts as drained when it made no progress for this long (what is left
+waits for room no idle engine will free)."""
+VERIFY_WAIT_S = 60.0
+
+
+def _final_stats(target: Target, *, verifying: bool) -> Stats | None:
+    """The engine's stats once the verifier has worked through the states the workload cached
+    (it runs while the engine idles), or after VERIFY_WAIT_S."""
+    ask = GetStats(schema_version=SCHEMA_VERSION)
+    # generous: on a loaded machine the engine may still be draining the last steps
+    reply = request(target, ask, timeout_s=30)
+    if not isinstance(reply, Stats) or not verifying:
+        return reply if isinstance(reply, Stats) else None
+    deadline = time.monotonic() + VERIFY_WAIT_S
+    progress, settled_at = (reply.verify.verified, reply.verify.gone), time.monotonic()
+    while reply.verify.queued and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = request(target, ask, timeout_s=30)
+        if not isinstance(now, Stats):
+            break
+        reply = now
+        if (reply.verify.verified, reply.verify.gone) != progress:
+            progress, settled_at = (reply.verify.verified, reply.verify.gone), time.monotonic()
+        elif time.monotonic() - settled_at > VERIFY_SETTLE_S:
+            break
+    return reply
 
 
 def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> Any:

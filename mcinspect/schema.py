@@ -153,6 +153,25 @@ class KvState(msgspec.Struct, frozen=True):
     """Free token indices (whole free pages expanded to their tokens)."""
 
 
+class BatchOrigin(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The forward that wrote a state: which request, and the batch it ran in (a #37836-class
+    bug shows as "the second request of a 3-request extend batch")."""
+
+    rid: Rid
+    step: Step
+    """The step boundary that followed the forward (the first capture that could show it)."""
+    forward: Literal["extend", "decode", "finish"]
+    """extend / decode: the track write planned for that forward; finish: no_buffer's working
+    slot, cached as the request ended (its last forward is not tracked)."""
+    batch_size: int
+    position: int
+    """The request's index in the batch (0-based); -1 when not known."""
+    extend_lens: list[int] = []
+    """Every request's extend length in that batch (extend forwards)."""
+    seqlen: int = -1
+    """The position of the state written (tokens from the start of the request)."""
+
+
 class SlotContent(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """What a slot held when it was last fingerprinted (after the producing forward finished)."""
 
@@ -173,6 +192,15 @@ class SlotContent(msgspec.Struct, array_like=True, frozen=True, gc=False):
     recompute_temporal_rel_l2: float = -1.0
     """The same for the temporal (SSM) state. Kept apart from conv: the conv window's norm is
     ~100x the SSM state's, so one combined distance would hide a wrong SSM state."""
+    recompute_oracle: str = ""
+    """Which oracle produced the distances: "engine" (the engine's own forward pass, prefilled
+    alone from an empty state: engine_hooks/reference.py) or "transformers" (an independent
+    implementation on the CPU: the embedded engine only); "" in recordings from before the
+    field (transformers then)."""
+    recompute_node: NodeId = NodeId(-1)
+    """The node whose prefix was recomputed (-1: not verified, or not known)."""
+    origin: BatchOrigin | None = None
+    """The forward that wrote the verified state, where the engine saw it."""
 
 
 class CacheState(msgspec.Struct):
@@ -251,6 +279,25 @@ class CowEvent(_Event):
     cleared_zero: list[bool]
 
 
+class WorkingStateEvent(_Event):
+    """A running request's working slot compared with its whole prefix (cached part and computed
+    suffix) recomputed alone by `oracle`, at a step boundary with no forward in flight: a lost
+    copy-on-write or a kernel that ignores the initial state after a prefix hit (#29368,
+    #24954) corrupts the output without ever caching a wrong state."""
+
+    rid: Rid
+    slot: SlotId
+    seqlen: int
+    """Tokens the working state covers."""
+    prefix_len: int
+    """Tokens the request took from the cache at admission (0: no hit)."""
+    conv_rel_l2: float
+    temporal_rel_l2: float
+    oracle: str
+    forward: Literal["extend", "decode"] = "decode"
+    """The request's last forward before the comparison (prefill or decode)."""
+
+
 class RequestEvent(_Event):
     rid: Rid
     what: Literal["admit", "finish", "retract"]
@@ -262,7 +309,16 @@ class HookErrorEvent(_Event):
 
 
 Event = (
-    MatchEvent | InsertEvent | EvictEvent | LockEvent | SlotEvent | TrackPlanEvent | CowEvent | RequestEvent | HookErrorEvent
+    MatchEvent
+    | InsertEvent
+    | EvictEvent
+    | LockEvent
+    | SlotEvent
+    | TrackPlanEvent
+    | CowEvent
+    | WorkingStateEvent
+    | RequestEvent
+    | HookErrorEvent
 )
 
 
@@ -310,6 +366,13 @@ class EngineInfo(_Message):
     pid: int
     request_port: int
     stream_port: int
+    verify: str = "off"
+    """The T2 oracles verifying cached states in this process: "engine", "transformers",
+    "both" or "off" (MCINSPECT_VERIFY)."""
+    verify_share: float = 0.0
+    """The share of the scheduler's busy time reference prefills may take (MCINSPECT_VERIFY_SHARE)."""
+    verify_rate: float = 0.0
+    """At most this many reference prefills a second (MCINSPECT_VERIFY_RATE)."""
 
 
 # --- requests (client -> engine) ----------------------------------------------------------
@@ -340,7 +403,23 @@ class GetStats(_Message):
     token: str = ""
 
 
-Request = Hello | GetSnapshot | GetHistory | GetStats
+class StartVerify(_Message):
+    """Verify these tree nodes' states now (or every node holding one): answered with a
+    `VerifyStatus` whose ticket `GetVerify` polls while the scheduler works through them."""
+
+    schema_version: int
+    nodes: list[NodeId] = []
+    all: bool = False
+    token: str = ""
+
+
+class GetVerify(_Message):
+    schema_version: int
+    ticket: int
+    token: str = ""
+
+
+Request = Hello | GetSnapshot | GetHistory | GetStats | StartVerify | GetVerify
 
 
 # --- replies and stream messages (engine -> client) ---------------------------------------
@@ -391,6 +470,31 @@ class SlotLayout(msgspec.Struct, frozen=True):
     ping_pong: list[SlotId]
 
 
+class VerifyStats(msgspec.Struct, frozen=True):
+    """What the T2 verifier did in one scheduler process."""
+
+    queued: int = 0
+    """States waiting for a reference prefill now."""
+    verified: int = 0
+    """Cached states compared with a recompute (all oracles together)."""
+    working: int = 0
+    """Running requests' working states compared."""
+    mismatches: int = 0
+    """Comparisons (cached or working) beyond the oracle's tolerance (mcinspect.checks.recompute)."""
+    no_room: int = 0
+    """Times a reference waited because the pools had no room without evicting."""
+    gone: int = 0
+    """States that left the tree (evicted, replaced) before their turn."""
+    failed: int = 0
+    """Reference prefills that raised (counted, logged once; the engine is unaffected)."""
+    seconds: float = 0.0
+    """Scheduler-thread time spent in reference prefills and their comparisons."""
+    busy_seconds: float = 0.0
+    """The part of `seconds` spent while requests were running (the rest ran while idle)."""
+    tokens: int = 0
+    """Tokens prefilled by references."""
+
+
 class Stats(_Message):
     """Running counters of one scheduler process, as of `step`."""
 
@@ -418,6 +522,30 @@ class Stats(_Message):
     hook_seconds: float = 0.0
     """Time the scheduler thread spent inside mcinspect's hooks, captures included; not the
     set-up at engine start (importing mcinspect, the first full capture, binding the ports)."""
+    verify: VerifyStats = VerifyStats()
+
+
+class NodeVerdict(msgspec.Struct, frozen=True):
+    """One node's state compared with a recompute, for `mcinspect verify`."""
+
+    node: NodeId
+    slot: SlotId
+    tokens: int
+    oracle: str
+    conv_rel_l2: float
+    temporal_rel_l2: float
+    error: str = ""
+    """Why it could not be verified ("" when it was)."""
+
+
+class VerifyStatus(_Message):
+    """Progress and results of a `StartVerify`."""
+
+    schema_version: int
+    ticket: int
+    total: int
+    results: list[NodeVerdict]
+    done: bool
 
 
 class ErrorReply(_Message):
@@ -427,7 +555,7 @@ class ErrorReply(_Message):
     reason: str
 
 
-Reply = EngineInfo | Snapshot | History | Stats | ErrorReply
+Reply = EngineInfo | Snapshot | History | Stats | VerifyStatus | ErrorReply
 
 request_decoder = msgspec.msgpack.Decoder(Request)
 reply_decoder = msgspec.msgpack.Decoder(Reply)

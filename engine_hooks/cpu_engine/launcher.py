@@ -8,11 +8,14 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import PORT_ENV, ConfigError, HooksConfig
+from ..config import PORT_ENV, VERIFY_ENV, VERIFY_MODES, VERIFY_SHARE_ENV, ConfigError, HooksConfig
 from . import patches
 from .tiny_model import ensure_tiny_model
 
 STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")
+DEMO_VERIFY_SHARE = 0.5
+"""The demo verifies (nearly) every state it caches, to show the faults caught: it may spend
+half the scheduler's busy time on references (production engines default to 5%)."""
 TREE_CORES = ("python", "rust")
 """sglang's tree core backends; the Python one shows every node, the Rust one hides them."""
 """`--mamba-radix-cache-strategy` values the embedded engine accepts."""
@@ -46,8 +49,11 @@ class EmbeddedEngineConfig:
     """Engine-side self-check of every captured step (slow; for tests and debugging)."""
     fault: str | None = None
     """A fault of the fault library to reproduce (see `mcinspect faults`)."""
-    verify_recompute: bool = False
-    """T2: verify each cached mamba state against a transformers recompute (slow; see verify.py)."""
+    verify: str = "engine"
+    """T2 oracles (MCINSPECT_VERIFY): engine (the engine's own forward pass), transformers (an
+    independent implementation of the tiny model), both, or off."""
+    verify_share: float = DEMO_VERIFY_SHARE
+    """Share of the scheduler's busy time reference prefills may take (MCINSPECT_VERIFY_SHARE)."""
 
     @property
     def effective_overlap(self) -> bool:
@@ -76,8 +82,8 @@ def validate(config: EmbeddedEngineConfig) -> None:
             raise EngineStartError(f"fault {fault.name} exists under {', '.join(fault.strategies)}{sizes}; adjust --strategy / --page-size")
     if config.self_check and config.inspector_port is None:
         raise EngineStartError("--self-check verifies the hooks' capture; it needs the hooks (drop --no-hooks)")
-    if config.verify_recompute and config.inspector_port is None:
-        raise EngineStartError("--verify stores its results with the hooks' capture; it needs the hooks (drop --no-hooks)")
+    if config.verify not in VERIFY_MODES:
+        raise EngineStartError(f"unknown --verify {config.verify!r}; choose one of {', '.join(VERIFY_MODES)}")
     if config.inspector_port is not None:
         try:  # what the plugin will read in the engine's processes: refuse now, not in their log
             HooksConfig.from_env(os.environ | {PORT_ENV: str(config.inspector_port)})
@@ -136,8 +142,8 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
         os.environ["MCINSPECT_SELF_CHECK"] = "1"
     if config.fault is not None:
         os.environ["MCINSPECT_FAULT"] = config.fault
-    if config.verify_recompute:
-        os.environ["MCINSPECT_VERIFY_RECOMPUTE"] = "1"
+    os.environ[VERIFY_ENV] = config.verify
+    os.environ.setdefault(VERIFY_SHARE_ENV, str(config.verify_share))
     patches.install()  # before the first sglang import in this process
     model_path = ensure_tiny_model()
     import sglang

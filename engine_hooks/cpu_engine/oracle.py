@@ -90,3 +90,10 @@ class RecomputeOracle:
         conv = torch.stack([s.conv for s in states], 1)
         temporal = torch.stack([s.temporal for s in states], 1)
         return [conv], temporal
+
+
+def register_transformers_oracle() -> None:
+    """Offer this oracle to the inspector as "transformers" (MCINSPECT_VERIFY=transformers|both)."""
+    from ..extensions import register_oracle
+
+    register_oracle("transformers", lambda scheduler: RecomputeOracle(str(scheduler.server_args.model_path)))

@@ -79,6 +79,11 @@ def install() -> None:
     from .faults import install_fault_from_env
 
     install_fault_from_env()
+    # Not a patch either: the embedded engine's second T2 oracle (transformers' implementation of
+    # the tiny model), offered to the inspector through its extension interface.
+    from .oracle import register_transformers_oracle
+
+    register_transformers_oracle()
 
 
 def _disable_pin_memory_without_accelerator() -> None:

@@ -13,7 +13,8 @@ what data it needs, and what it cannot see with the data the schema carries.
 | tree-shape | 8 | metadata | #12007, #35821 |
 | kv-pages | 9 | metadata | KV use-after-free, row/tree divergence |
 | content-immutable | T1 | fingerprints | #24221, #24954, #30862 |
-| T2-recompute | T2 | fingerprints (with recompute distances) | #37836, #31833, #33450 |
+| T2-recompute | T2 | fingerprints (with recompute distances) | #37836, #31833, #33450, #30862, #29368, #24221, #29973 |
+| T2-working-state | T2 | events (working-state comparisons) | #29368, #24954 |
 | cow-copy | T3 | events (with fingerprints) | #35821, copy-on-write / clear races |
 """
 
@@ -30,6 +31,7 @@ from .history import StepView
 from .kv import KV, check_kv
 from .provenance import COW, PLAN_SAFETY, PROVENANCE, check_cow, check_plan_safety, check_provenance
 from .recompute import RECOMPUTE, TOLERANCE_REL_L2, check_recompute
+from .working_state import WORKING, check_working_state
 from .slots import PARTITION, REQUEST_SLOTS, check_partition, check_request_slots
 from .tree import LOCKS, SHAPE, check_locks, check_shape
 from .violation import Violation
@@ -199,15 +201,33 @@ CHECKS: dict[str, CheckSpec] = {
             name=RECOMPUTE,
             invariant="T2",
             description="a cached state equals the state of its node's prefix recomputed alone",
-            targets=("#37836", "#31833", "#33450"),
+            targets=("#37836", "#31833", "#33450", "#30862", "#29368", "#24221", "#29973", "#32555"),
             needs=("fingerprints",),
-            checked="each verified tree slot: conv and temporal state within relative L2 "
-            f"{TOLERANCE_REL_L2:g} of transformers' recompute of the owning node's prefix (the engine "
-            "measures it: embedded CPU engine with --verify, a per-step budget of slots)",
-            blind_to="engines without the recompute (GPU servers: no distances, nothing reported); slots "
-            "evicted before their turn in the budget; differences below the tolerance (bf16 rounding of "
-            "two implementations)",
+            checked="each verified tree slot: conv (every conv tensor) and temporal state within relative L2 of "
+            f"the oracle's tolerance (engine {TOLERANCE_REL_L2['engine']:g} for a state a prefill wrote, "
+            f"{TOLERANCE_REL_L2['engine-decoded']:g} for one decode steps wrote; transformers "
+            f"{TOLERANCE_REL_L2['transformers']:g}) of the owning node's prefix recomputed alone: by the engine's "
+            "own forward pass (any model, device, TP shard; MCINSPECT_VERIFY=engine) or transformers' "
+            "implementation of the embedded engine's tiny model; the violation names the forward that wrote "
+            "the state (request, batch size, its position, extend lengths)",
+            blind_to="states evicted before their turn in the budget (MCINSPECT_VERIFY_SHARE / _RATE) or while the "
+            "pools had no room for a reference without evicting; a bug inside the prefill kernel itself under "
+            "the engine oracle alone (both sides share it: the transformers oracle sees it); differences "
+            "below the tolerance",
             run=check_recompute,
+        ),
+        CheckSpec(
+            name=WORKING,
+            invariant="T2",
+            description="a running request's working state equals its whole prefix recomputed alone",
+            targets=("#29368", "#24954", "lost copy-on-write into the working slot"),
+            needs=("events",),
+            checked="sampled running requests (those that took a prefix from the cache first), at step boundaries "
+            "with no forward in flight: the working slot against the request's tokens so far (cached part and "
+            "computed suffix) prefilled alone, within the oracle's tolerance",
+            blind_to="requests never sampled (MCINSPECT_VERIFY_WORKING share of the budget); boundaries with a "
+            "forward in flight on an accelerator; speculative decoding and mixed chunks (skipped)",
+            run=check_working_state,
         ),
         CheckSpec(
             name=COW_COPY,
@@ -230,7 +250,7 @@ NOT_CHECKED: dict[str, str] = {
     "runs outside groups, so a slot leaked by an admission group shows as 'unaccounted' (a leak) instead",
     "4 (checkpoint grid)": "mamba_cache_chunk_size is not in EngineInfo: only page alignment is checked",
     "6 (size ledgers)": "component_evictable_size_ / component_protected_size_ are not in the schema",
-    "T2": "checked (T2-recompute) only where the engine recomputes prefixes: the embedded CPU engine "
-    "with --verify; a GPU engine carries no recompute distances",
+    "T2": "checked (T2-recompute, T2-working-state) where the engine verifies (MCINSPECT_VERIFY); states it "
+    "had no budget or room for carry no distances",
 }
 """Invariant parts no check covers, and the data each would need."""

@@ -18,13 +18,9 @@ from collections.abc import Iterator  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
-from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
-from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.components.base import ComponentType  # noqa: E402
-from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.test.kits.unified_radix_cache.unified_tree_core_inspector import UnifiedTreeCoreInspector  # noqa: E402
 
 from mcinspect.schema import (  # noqa: E402
@@ -44,6 +40,7 @@ from mcinspect.schema import (  # noqa: E402
     key_hash,
 )
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
+from cache_driver import Driver  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture, DeltaParts  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
@@ -61,94 +58,6 @@ def build_cache(core: str = "python", page_size: int = 1, extra_buffer: bool = T
         extra_buffer=extra_buffer,
         python_core_class=UnifiedTreeCoreInspector,
     )
-
-
-class Driver:
-    """Moves requests through sglang's own cache calls in the scheduler's order."""
-
-    def __init__(self, scheduler: SimpleNamespace) -> None:
-        self.s = scheduler
-        self.tree = scheduler.tree_cache
-        self.pool = scheduler.req_to_token_pool
-        self.allocator = scheduler.token_to_kv_pool_allocator
-        self.page = self.allocator.page_size
-        self.count = 0
-
-    def admit(self, tokens: list[int], max_new_tokens: int = 8) -> Req:
-        """Match (with mamba copy-on-write), lock, take a row and slots, write the prefix."""
-        self.count += 1
-        req = Req(
-            rid=f"r{self.count}",
-            origin_input_text="",
-            origin_input_ids=array("q", tokens),
-            sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new_tokens),
-        )
-        req.init_next_round_input(self.tree)
-        req.lock = self.tree.lock(req.last_node)
-        self.pool.alloc([req])
-        prefix = self.tree.prefix_device_indices(req)
-        self.pool.write((req.kv.req_pool_idx, slice(0, req.prefix_len)), prefix[: req.prefix_len])
-        req.kv.kv_committed_len = req.kv.kv_allocated_len = req.prefix_len
-        self.s.running_batch.reqs.append(req)
-        return req
-
-    def _extend(self, req: Req, end: int) -> None:
-        """KV for positions [allocated, end): a new page at each page start, else the next
-        token of the page the row already has (what sglang's alloc_extend/decode do)."""
-        start, row = req.kv.kv_allocated_len, req.kv.req_pool_idx
-        new: list[int] = []
-        for pos in range(start, end):
-            offset = pos % self.page
-            if offset == 0:
-                first = int(self.allocator.alloc(self.page)[0])
-            elif not new:
-                first = int(self.pool.req_to_token[row, pos - 1]) - offset + 1
-            new.append(first + offset)
-        self.pool.write((row, slice(start, end)), torch.tensor(new, dtype=torch.int32))
-        req.kv.kv_committed_len = req.kv.kv_allocated_len = end
-
-    def prefill(self, req: Req, end: int) -> None:
-        """One extend up to `end`: the forward consumed the COW and tracked the state at the
-        last page boundary; a chunk short of the prompt is checkpointed into the tree."""
-        self._extend(req, end)
-        req.extend_end = end
-        kv = req.kv
-        kv.mamba_cow_src_index, kv.mamba_needs_clear = None, False
-        if kv.mamba_ping_pong_track_buffer is not None:  # extra_buffer
-            kv.mamba_last_track_idx, kv.mamba_next_track_idx = kv.mamba_next_track_idx, 1 - kv.mamba_next_track_idx
-            kv.mamba_last_track_seqlen = end // self.page * self.page
-        if end < len(req.origin_input_ids):
-            self.s.chunked_req = req
-            checkpoint_kv_cache(req, self.tree)
-        else:
-            self.s.chunked_req = None
-
-    def decode(self, req: Req, tokens: list[int]) -> None:
-        for token in tokens:
-            req.output_ids.append(token)
-            self._extend(req, req.kv.kv_allocated_len + 1)
-
-    def finish(self, req: Req, keep_in_batch: bool = False) -> None:
-        """Release into the tree; `keep_in_batch`: as at a step boundary, where the request is
-        still in the batch just processed (filtered out when the next batch is built)."""
-        if req.kv.mamba_ping_pong_track_buffer is not None:
-            req.kv.mamba_last_track_seqlen = req.kv.kv_committed_len // self.page * self.page
-        req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
-        release_kv_cache(req, self.tree, checkpoint=True)
-        if not keep_in_batch:
-            self.s.running_batch.reqs.remove(req)
-
-    def retract(self, req: Req) -> None:
-        release_kv_cache(req, self.tree, checkpoint=False)
-        req.reset_for_retract()
-        self.s.running_batch.reqs.remove(req)
-        self.s.waiting_queue.append(req)
-
-    def insert(self, tokens: list[int]) -> None:
-        """A raw tree insert with a fresh KV range and a fresh mamba slot."""
-        value = self.allocator.alloc(len(tokens))
-        slot = self.pool.mamba_allocator.alloc(1)
-        self.tree.insert(InsertParams(key=RadixKey(array("q", tokens)), value=value, mamba_value=slot))
 
 
 @pytest.fixture

@@ -60,6 +60,7 @@ EXPECTED = {
     "leak-slot",
     "double-owner",
     "overwrite-cached",
+    "dropped-cow",
 }
 PAGE = 16
 GRID = 64  # lcm(mamba chunk 64, page 16): where extra_buffer tracks prefill states
@@ -345,6 +346,33 @@ def test_ghost_node_becomes_the_cow_source_of_unrelated_requests() -> None:
     assert clean_nodes == {} and clean_src is None
     assert list(nodes) == [0], "a state on the depth-0 (empty-key) node"
     assert src is not None and int(src) == nodes[0]
+
+
+def test_dropped_cow_loses_the_copy_of_a_short_hit_only() -> None:
+    """The scheduler consumes a hit's copy-on-write (sglang's own collector), but the batch the
+    forward reads carries no copy for a hit whose run caches nothing; a longer hit keeps its."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    def run() -> tuple[list[int] | None, list[int] | None, list[Any]]:
+        engine = Engine()
+        first = engine.admit(_tokens(100))
+        engine.prefill(first, 100)  # caches the state at 64
+        engine.finish(first)
+        short = engine.admit(_tokens(70))  # hit 64 + 6 tokens + 8 new: no boundary up to 128
+        short.extend_end = 70
+        long = engine.admit(_tokens(100) + _tokens(60, base=200))  # crosses 128: it caches
+        long.extend_end = 160
+        batch = SimpleNamespace(tree_cache=engine.tree)
+        ScheduleBatch._collect_deferred_mamba_cow_and_clear(batch, [short, long])
+        dst = batch.mamba_cow_dst_indices
+        return (None if dst is None else dst.tolist()), [int(short.kv.mamba_pool_idx), int(long.kv.mamba_pool_idx)], [
+            short.kv.mamba_cow_src_index, short.kv.mamba_needs_clear
+        ]
+
+    (clean_dst, clean_slots, clean_after), (dst, slots, after) = _both("dropped-cow", run)
+    assert clean_dst == clean_slots  # both hits copy their cached state
+    assert dst == [slots[1]]  # the short hit's copy is gone, the long one's kept
+    assert after == clean_after == [None, False]  # consumed all the same: no clear replaces it
 
 
 # ---------------------------------------------------------------- the prefill tracking path

@@ -93,9 +93,9 @@ def log_faulty_action(fault: str, *, slot: int | None = None, node: int | None =
     path = os.environ.get(LOG_ENV)
     if not path or _logged >= LOG_LIMIT:
         return
-    from ... import plugin  # mcinspect_engine_hooks.plugin: this process's Inspector, if any
+    from ...extensions import current_step  # the inspector's next capture, through the one interface
 
-    step = plugin.inspector.step + 1 if plugin.inspector is not None else None
+    step = current_step()
     _logged += 1
     with open(path, "a", encoding="utf-8") as log:
         log.write(json.dumps({"fault": fault, "step": step, "slot": slot, "node": node, "rid": rid}) + "\n")

@@ -1,0 +1,216 @@
+"""The engine's own forward pass as a T2 oracle: prefill a token prefix from an empty state,
+alone in its batch, as an inspector-owned request the tree never sees.
+
+`ReferencePrefill.run(tokens)` builds an sglang `Req` for `tokens`, a one-request extend
+`ScheduleBatch` and its `ForwardBatch`, and runs `ModelRunner.forward` (logits only: nothing
+is sampled, nothing reaches the tokenizer or the detokenizer). The request's working slot then
+holds the mamba state after exactly `len(tokens)` tokens, computed from a cleared slot by the
+same kernels that serve users; `compare` reads it before everything is given back.
+
+Isolation (sglang 0.5.23), each enforced here rather than hoped for:
+- no prefix match and no copy-on-write: the request never calls `init_next_round_input` with
+  the tree, so `prefix_len` is 0 and its freshly allocated working slot is cleared by the
+  forward's deferred clear;
+- no insert, no eviction, no LRU or hit-count change: the batch is given an `_IsolatedTree`
+  instead of the tree cache. It lends the KV allocator and page size and says the cache
+  shares no prefixes, holds no mamba states and no SWA windows, so `alloc_for_extend` never
+  evicts; any other attribute raises `ReferenceRefused` before sglang can touch the tree. The
+  run starts only when the pools have room without evicting (`room`);
+- alone in its batch: the batch holds this one request, built outside the scheduler's queues,
+  so no user request can join it and the run reproduces no batch-composition bug (#37836);
+- nothing left behind: the KV tokens, the req_to_token row and the mamba slots (working and
+  ping-pong) are freed, and the allocators' free lists are put back in their previous order, so
+  later user requests get the slots and pages they would have got without the run.
+The caller picks the moment (no forward in flight on an accelerator; see verify_engine.py) and
+keeps the inspector's own hooks from recording the run's allocations as engine events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+RID_PREFIX = "mcinspect-reference-"
+"""Request ids of reference runs; nothing of sglang's ever sees one, but logs might."""
+
+_counter = itertools.count()
+
+
+class ReferenceRefused(Exception):
+    """The reference could not run without touching what it must not (the message says what)."""
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """What one reference prefill cost."""
+
+    tokens: int
+    seconds: float
+
+
+class _IsolatedTree:
+    """What a reference batch sees instead of the tree cache: the allocator, nothing else.
+
+    sglang's extend path asks the tree cache for eviction (`supports_prefix_sharing`,
+    `supports_mamba`, `supports_swa` gate it), for the matched prefix's KV (`prefix_device_indices`,
+    empty: nothing was matched) and for the page size. Everything else is refused loudly, so a
+    future sglang that reaches further into the tree stops the reference instead of changing it.
+    """
+
+    def __init__(self, tree_cache: Any) -> None:
+        self.token_to_kv_pool_allocator = tree_cache.token_to_kv_pool_allocator
+        self.page_size = tree_cache.page_size
+
+    def supports_prefix_sharing(self) -> bool:
+        return False
+
+    def supports_mamba(self) -> bool:
+        return False
+
+    def supports_swa(self) -> bool:
+        return False
+
+    def prefix_device_indices(self, req: Any) -> torch.Tensor:
+        assert req.prefix_len == 0, "a reference request matches nothing"
+        return torch.empty((0,), dtype=torch.int64, device=self.token_to_kv_pool_allocator.device)
+
+    def maybe_hand_to_session(self, req: Any) -> None:
+        """No session keeps a reference request."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ReferenceRefused(f"sglang asked the tree cache for {name!r} during a reference prefill")
+
+
+class ReferencePrefill:
+    """Runs reference prefills in one scheduler process (scheduler thread only)."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.pool = scheduler.req_to_token_pool
+        self.allocator = scheduler.token_to_kv_pool_allocator
+        self._tree = _IsolatedTree(scheduler.tree_cache)
+        self.page_size = int(scheduler.page_size)
+
+    def room(self, n_tokens: int) -> bool:
+        """Whether the pools can hold a reference of `n_tokens` without evicting anything."""
+        pages = -(-n_tokens // self.page_size) + 1
+        slots = 1 + int(getattr(self.pool, "mamba_initial_tracking_slots", 0) or 0)
+        return (
+            self.allocator.available_size() >= pages * self.page_size
+            and self.pool.mamba_allocator.available_size() >= slots
+            and self.pool.available_size() >= 1
+        )
+
+    def run(self, tokens: Sequence[int], compare: Callable[[torch.Tensor], T]) -> tuple[T, ReferenceRun]:
+        """Prefill `tokens` alone from an empty state, call `compare(working_slot)` (a 1-element
+        int64 tensor: the slot holding the state after the last token) and free everything."""
+        if not tokens:
+            raise ReferenceRefused("the empty prefix has no state")
+        if not self.room(len(tokens)):
+            raise ReferenceRefused(f"no room for {len(tokens)} tokens without evicting")
+        began = time.perf_counter()
+        req = self._request(tokens)
+        saved = _FreeLists.save(self.pool, self.allocator)
+        batch = None
+        try:
+            batch = self._batch(req)
+            self._forward(batch)
+            result = compare(req.kv.mamba_pool_idx.reshape(1).to(torch.int64))
+        finally:
+            self._free(req, batch)
+            saved.restore()
+        return result, ReferenceRun(len(tokens), time.perf_counter() - began)
+
+    def _request(self, tokens: Sequence[int]) -> Any:
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        params = SamplingParams(max_new_tokens=1, temperature=0.0)
+        params.normalize(None)
+        vocab = self.scheduler.model_config.vocab_size
+        req = Req(f"{RID_PREFIX}{next(_counter)}", "", array("q", tokens), params, vocab_size=vocab)
+        req.refresh_fill_ids()
+        req.extend_end = len(tokens)  # the whole prefix in one extend (prefix_len stays 0)
+        return req
+
+    def _batch(self, req: Any) -> Any:
+        from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+        s = self.scheduler
+        batch = ScheduleBatch.init_new(
+            [req], self.pool, self.allocator, self._tree, s.model_config, False, s.spec_algorithm
+        )
+        batch.prepare_for_extend()
+        return batch
+
+    def _forward(self, batch: Any) -> None:
+        from sglang.srt.managers.overlap_utils import resolve_forward_inputs
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+        runner = self.scheduler.tp_worker.model_runner
+        resolve_forward_inputs(batch, self.scheduler.future_map)
+        forward_batch = ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
+        with torch.inference_mode():
+            runner.forward(forward_batch)
+
+    def _free(self, req: Any, batch: Any) -> None:
+        kv = req.kv
+        if batch is not None and getattr(batch, "out_cache_loc", None) is not None:
+            self.allocator.free(batch.out_cache_loc)
+        if kv.holds_mamba:
+            self.pool.free_mamba_cache(req)
+        if kv.holds_kv:
+            self.pool.free(req)
+
+
+@dataclass
+class _FreeLists:
+    """The allocators' free lists before a reference: restored after it, when the run gave back
+    exactly what it took (sglang rebinds these tensors on every alloc and free, never edits them)."""
+
+    pool: Any
+    allocator: Any
+    mamba_free: torch.Tensor
+    kv: dict[str, Any]
+
+    KV_FIELDS = ("free_pages", "release_pages", "staged_pages", "num_staged_pages")
+
+    @classmethod
+    def save(cls, pool: Any, allocator: Any) -> _FreeLists:
+        kv = {name: _copy(getattr(allocator, name)) for name in cls.KV_FIELDS if hasattr(allocator, name)}
+        return cls(pool, allocator, pool.mamba_allocator.free_slots, kv)
+
+    def restore(self) -> None:
+        mamba = self.pool.mamba_allocator
+        if _same_set(mamba.free_slots, self.mamba_free):
+            mamba.free_slots = self.mamba_free
+        before = self.kv.get("free_pages")
+        if before is None:
+            return
+        now_free = self.allocator.get_all_free_pages()
+        was_free = torch.cat([before, *_tensors(self.kv.get("release_pages")), *_tensors(self.kv.get("staged_pages"))])
+        if _same_set(now_free, was_free):
+            for name, value in self.kv.items():
+                setattr(self.allocator, name, _copy(value))
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _same_set(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.numel() == b.numel() and bool(torch.equal(torch.sort(a.reshape(-1)).values, torch.sort(b.reshape(-1)).values))

@@ -1,0 +1,140 @@
+"""Where each cached state came from: its prefix tokens and the forward that wrote it, recorded
+by hooks when the state enters the tree (both tree cores: the insert hook is Python code on
+either), for the verifier.
+
+| sglang 0.5.23 method | hook | what is recorded |
+|---|---|---|
+| `mem_cache.unified_cache.components.mamba.MambaComponent.cleanup_after_caching_req` | before | a state entered the tree: slot, node, the prefix's token ids (the insert's key) |
+| `managers.schedule_batch.ScheduleBatch.prepare_for_extend` | after | the extend batch's track plans: request, slot, position, batch size, index, extend lengths |
+| `managers.schedule_batch.ScheduleBatch.prepare_for_decode` | after | a decode batch's track plans at checkpoint boundaries |
+
+The hooks keep slot ids as tensors (a device read in a hook would wait for the forward in
+flight) and `drain` turns them into ints once per step boundary. Prefix tokens are copied at
+insert (int32); the verifier bounds how many it keeps.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from mcinspect.schema import BatchOrigin, NodeId, Rid, SlotId, Step
+
+from .reference import RID_PREFIX
+from .tensor_runs import IndexValue, ints_of_many
+
+MAX_ORIGINS = 4096
+"""Track plans remembered (per request and slot) until the insert that donates the slot."""
+
+
+@dataclass
+class CachedState:
+    """A state the tree holds, as the insert saw it."""
+
+    slot: SlotId
+    node: NodeId
+    tokens: array | None
+    """The prefix from the root to the node's end (int32); None once given up (verifier.MAX_TOKENS)."""
+    step: Step
+    """The boundary after the insert: the state may be read from the next boundary on."""
+    rid: Rid
+    origin: BatchOrigin | None
+
+
+@dataclass
+class _Plan:
+    slot: IndexValue
+    rid: Rid
+    forward: str
+    batch_size: int
+    position: int
+    extend_lens: list[int]
+    seqlen: int
+
+
+@dataclass
+class _Insert:
+    slot: IndexValue
+    node: int
+    tokens: array
+    rid: Rid
+    donated: bool
+
+
+class StateLog:
+    """Filled by the hooks (scheduler thread), drained at each step boundary by the verifier."""
+
+    def __init__(self) -> None:
+        self._plans: list[_Plan] = []
+        self._inserts: list[_Insert] = []
+        self._origins: OrderedDict[tuple[str, int], BatchOrigin] = OrderedDict()
+
+    # --- hook bodies (guarded by the plugin) ---
+
+    def extend_planned(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        """After ScheduleBatch.prepare_for_extend: the requests whose forward writes a track slot."""
+        mask = getattr(batch, "mamba_prefill_track_mask_cpu", None)
+        if not mask or True not in mask:
+            return
+        lens = list(batch.extend_lens)
+        for i, (req, tracked) in enumerate(zip(batch.reqs, mask)):
+            kv = req.kv
+            if tracked and not req.rid.startswith(RID_PREFIX) and kv.mamba_ping_pong_track_buffer is not None and kv.mamba_last_track_idx is not None:
+                slot = kv.mamba_ping_pong_track_buffer[kv.mamba_last_track_idx].clone()
+                seqlen = -1 if kv.mamba_last_track_seqlen is None else int(kv.mamba_last_track_seqlen)
+                self._plans.append(_Plan(slot, Rid(req.rid), "extend", len(batch.reqs), i, lens, seqlen))
+
+    def decode_planned(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        """After ScheduleBatch.prepare_for_decode: requests at a checkpoint boundary."""
+        mask = getattr(batch, "mamba_track_mask_cpu", None)
+        if not mask or True not in mask:
+            return
+        rows = zip(batch.reqs, mask, batch.mamba_track_buffer_indices, batch.seq_lens_cpu.tolist())
+        for i, (req, at_boundary, position, seqlen) in enumerate(rows):
+            buffer = req.kv.mamba_ping_pong_track_buffer
+            if at_boundary and buffer is not None:
+                self._plans.append(_Plan(buffer[position].clone(), Rid(req.rid), "decode", len(batch.reqs), i, [], int(seqlen)))
+
+    def inserting(self, component: Any, /, *args: Any, **kwargs: Any) -> None:
+        """Before MambaComponent.cleanup_after_caching_req: a state just entered the tree."""
+        req = args[0] if args else kwargs.get("req")
+        result = args[2] if len(args) > 2 else kwargs.get("insert_result")
+        params = args[3] if len(args) > 3 else kwargs.get("insert_params")
+        if result is None or result.mamba_exist or params is None or params.mamba_value is None or params.key is None:
+            return
+        tokens = array("i", params.key.raw_token_ids())
+        donated = bool(component.cache.enable_mamba_extra_buffer) and component.int8_ckpt_pool is None
+        self._inserts.append(_Insert(params.mamba_value, int(result.last_device_node), tokens, Rid(req.rid), donated))
+
+    # --- at the step boundary ---
+
+    def drain(self, step: Step) -> list[CachedState]:
+        """The states inserted since the last drain, with their origins (one device copy)."""
+        plans, self._plans = self._plans, []
+        inserts, self._inserts = self._inserts, []
+        if not plans and not inserts:
+            return []
+        ints = ints_of_many([p.slot for p in plans] + [i.slot for i in inserts])
+        for plan, slot in zip(plans, ints[: len(plans)]):
+            if slot:
+                origin = BatchOrigin(
+                    plan.rid, step, plan.forward, plan.batch_size, plan.position, plan.extend_lens, plan.seqlen  # type: ignore[arg-type]
+                )
+                self._remember((plan.rid, slot[0]), origin)
+        out = []
+        for insert, slot in zip(inserts, ints[len(plans) :]):
+            if not slot:
+                continue
+            origin = self._origins.get((insert.rid, slot[0])) if insert.donated else None
+            if origin is None and not insert.donated:  # no_buffer: the working slot, cached at the end
+                origin = BatchOrigin(insert.rid, step, "finish", -1, -1, [], len(insert.tokens))
+            out.append(CachedState(SlotId(slot[0]), NodeId(insert.node), insert.tokens, step, insert.rid, origin))
+        return out
+
+    def _remember(self, key: tuple[str, int], origin: BatchOrigin) -> None:
+        self._origins[key] = origin
+        self._origins.move_to_end(key)
+        while len(self._origins) > MAX_ORIGINS:
+            self._origins.popitem(last=False)

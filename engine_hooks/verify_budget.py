@@ -1,0 +1,50 @@
+"""When the verifier may spend the scheduler's time on a reference prefill.
+
+Two limits, both configurable (config.py: MCINSPECT_VERIFY_SHARE, MCINSPECT_VERIFY_RATE):
+- a share of the scheduler's time while requests run: a credit that grows by `share` of the wall
+  time that passes and shrinks by what each reference took, capped at one second's worth, so
+  over any stretch references take at most `share` of it plus one reference; a reference runs
+  when the credit covers what a reference of its length is expected to cost (the last cost per
+  token times its tokens);
+- a rate: at most `rate` references a second (a token bucket holding one second's worth), busy
+  or idle. While the engine is idle the share does not apply: nobody waits for the scheduler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class VerifyBudget:
+    share: float
+    rate: float
+    _credit: float = 0.0
+    _tokens: float = 0.0
+    _last: float | None = None
+    _seconds_per_token: float = 0.0
+
+    def _accrue(self, now: float) -> None:
+        if self._last is None:
+            self._last = now
+            self._tokens = 1.0
+            return
+        elapsed = max(0.0, now - self._last)
+        self._last = now
+        self._credit = min(self._credit + elapsed * self.share, self.share)
+        self._tokens = min(self._tokens + elapsed * self.rate, max(self.rate, 1.0))
+
+    def allows(self, now: float, tokens: int, *, idle: bool) -> bool:
+        """Whether a reference of `tokens` tokens may run now."""
+        self._accrue(now)
+        if self._tokens < 1.0:
+            return False
+        return idle or self._credit >= self._seconds_per_token * tokens
+
+    def spent(self, seconds: float, tokens: int, *, idle: bool) -> None:
+        """A reference of `tokens` tokens took `seconds`."""
+        self._tokens -= 1.0
+        if not idle:
+            self._credit -= seconds
+        if tokens > 0:
+            self._seconds_per_token = seconds / tokens
