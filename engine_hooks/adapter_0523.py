@@ -155,6 +155,11 @@ class PythonTreeView:
         value = node.component_data[MAMBA].value
         return int(value.reshape(-1)[0]) if value is not None and value.numel() else None
 
+    def state_nodes(self) -> list[int]:
+        """Every node holding a mamba state."""
+        nodes = [node for node in self.core._node_arena.values() if node.component_data[MAMBA].value is not None]
+        return [node.id for node in nodes]
+
     def path_tokens(self, node_id: int) -> list[int] | None:
         """The token ids from the root to the end of node `node_id`'s key."""
         node = self.core._node_arena.get(node_id)
@@ -216,6 +221,10 @@ class RustTreeView:
     def path_tokens(self, node_id: int) -> list[int] | None:
         """Keys are hidden in the Rust core: the verifier uses the tokens recorded at insert."""
         return None
+
+    def state_nodes(self) -> list[int]:
+        """Nodes are hidden in the Rust core: the verifier knows the ones it saw inserted."""
+        return []
 
     def path_records(self, anchors: Iterable[tuple[int, Sequence[int]]]) -> dict[NodeId, NodeRecord]:
         """The nodes from the root to each anchor node, keyed by id.

@@ -166,6 +166,10 @@ class Capture:
         """A node's prefix tokens from the tree (Python core), else None."""
         return self._view.path_tokens(node_id)
 
+    def state_nodes(self) -> list[int]:
+        """Every node holding a mamba state that the tree core shows (none on the Rust core)."""
+        return self._view.state_nodes()
+
     @property
     def size(self) -> int:
         """Mamba pool slots (1..size)."""

@@ -89,7 +89,8 @@ class Inspector:
         self.capture = Capture(scheduler, sink)
         self.capture.full_state(Step(0))
         self.contents = ContentCapture(scheduler)
-        self.verifier = Verifier(scheduler, config, state_log, self.capture.slot_of, self.capture.path_tokens)
+        capture = self.capture
+        self.verifier = Verifier(scheduler, config, state_log, capture.slot_of, capture.path_tokens, capture.state_nodes)
         self.self_check = SelfCheck.from_env()
         self.every_step = config.capture == "every-step" or (not config.capture and self.self_check is not None)
         sink.observed = self.every_step  # nobody can have subscribed yet
@@ -145,9 +146,11 @@ class Inspector:
         """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
         or for subscribers when the live stream's cadence allows; first, a verification turn."""
         self._verify_turn(idle=True)
-        if self._captured_step >= self._step:
+        news = self.verifier.has_news()  # results of references run while idle: stream them
+        if self._captured_step >= self._step and not news:
             return
-        if self._wanted.is_set() or (self.publisher.watched and self.cadence.idle_due(time.perf_counter(), self.errors.seconds)):
+        due = news or self.cadence.idle_due(time.perf_counter(), self.errors.seconds)
+        if self._wanted.is_set() or (self.publisher.watched and due):
             step = Step(self._step)
             self._capture(scheduler, None, step, self.sink.drain(step))
 
@@ -215,13 +218,15 @@ class Inspector:
         """A consistent full state (request thread): copies the dicts under the lock, encodes
         outside. Steps went uncaptured: first asks the scheduler to catch up, and waits a little."""
         target = self._step
-        if self._captured_step < target:
+        if self._captured_step < target or self.verifier.has_news():
             with self._fresh:
                 self._wanted.set()
-                self._fresh.wait_for(lambda: self._captured_step >= target, timeout=SNAPSHOT_WAIT_S)
+                self._fresh.wait_for(
+                    lambda: self._captured_step >= target and not self.verifier.has_news(), timeout=SNAPSHOT_WAIT_S
+                )
         with self._lock:
             state = self.capture.state
-            state.contents = self.verifier.overlay(self.contents.current(), self.capture.tree_owners().keys())
+            state.contents = self.verifier.overlay(self.contents.current())
             seq = self._seq
         return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=state, counters=self.counters())
 

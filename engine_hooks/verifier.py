@@ -108,6 +108,7 @@ class Verifier:
         log: StateLog,
         slot_of: Callable[[int], int | None],
         path_tokens: Callable[[int], list[int] | None],
+        state_nodes: Callable[[], list[int]] = lambda: [],
     ) -> None:
         self.scheduler = scheduler
         self.log = log
@@ -115,6 +116,8 @@ class Verifier:
         """node id -> the mamba slot it holds now (None: gone or no state)."""
         self.path_tokens = path_tokens
         """node id -> its prefix tokens read from the tree (Python core), else None."""
+        self.state_nodes = state_nodes
+        """Every node holding a mamba state that the tree shows (the Rust core shows none)."""
         self.mode = config.verify
         self.budget = VerifyBudget(config.verify_share, config.verify_rate)
         self.working_share = config.verify_working
@@ -431,10 +434,12 @@ class Verifier:
 
     def _resolve(self, ticket: _Ticket) -> tuple[list[CachedState], list[NodeVerdict]]:
         """The states to verify for a ticket, and verdicts for nodes that cannot be verified."""
-        wanted = list(self._known) if ticket.everything else ticket.nodes
+        wanted = [*self.state_nodes(), *self._known] if ticket.everything else ticket.nodes
         todo, errors = [], []
         for node in dict.fromkeys(wanted):
             slot = self.slot_of(node)
+            if slot is None and ticket.everything:  # a node remembered from its insert, evicted since
+                continue
             if slot is None:
                 errors.append(_error(node, -1, "the node holds no mamba state (unknown, evicted or a split parent)"))
                 continue
@@ -465,9 +470,13 @@ class Verifier:
                     continue
                 self._count(seconds=distances.seconds, tokens=distances.tokens)
                 self._publish(state, oracle.name, distances, step)
+                forward = state.origin.forward if state.origin is not None else ""
                 verdicts.append(
-                    NodeVerdict(state.node, state.slot, len(state.tokens), oracle.name, distances.conv_rel_l2, distances.temporal_rel_l2)
-                )
+                    NodeVerdict(
+                        state.node, state.slot, len(state.tokens), oracle.name, distances.conv_rel_l2,
+                        distances.temporal_rel_l2, forward=forward,
+                    )
+                )  # fmt: skip
         with self._lock:
             ticket.results.extend(verdicts)
             ticket.done = not ticket.todo
@@ -508,15 +517,20 @@ class Verifier:
         events, self._events = self._events, []
         return events
 
-    def overlay(self, contents: dict[SlotId, SlotContent], tree_slots: Iterable[int]) -> dict[SlotId, SlotContent]:
-        """A snapshot's contents with the verified records of slots still in the tree."""
-        in_tree = set(tree_slots)
+    def overlay(self, contents: dict[SlotId, SlotContent]) -> dict[SlotId, SlotContent]:
+        """A snapshot's contents with the verified records the stream has carried (so a snapshot
+        and the stream up to its seq agree; newer results go out with the next capture)."""
         out = dict(contents)
-        for slot, verified in self._verified.items():
+        for slot in self._client_has:
+            verified = self._verified[slot]
             current = out.get(slot)
-            if slot in in_tree and (current is None or current.fingerprint == verified.fingerprint):
+            if current is None or current.fingerprint == verified.fingerprint:
                 out[slot] = verified
         return out
+
+    def has_news(self) -> bool:
+        """Results not yet carried by a capture."""
+        return bool(self._fresh or self._events)
 
     def stats(self) -> VerifyStats:
         return msgspec.structs.replace(self._stats, queued=len(self._queue))

@@ -394,6 +394,39 @@ def check(
     raise typer.Exit(1 if printer.count else 0)
 
 
+@app.command()
+def verify(
+    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a live engine's inspector (scheduler rank 0).")],
+    node: Annotated[Optional[list[int]], typer.Option("--node", help="A tree node id to verify (repeat the option for more).")] = None,
+    all_nodes: Annotated[bool, typer.Option("--all", help="Every node that holds a mamba state.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per node on stdout.")] = False,
+    token: TokenOption = "",
+    timeout: TimeoutOption = 5.0,
+    wait: Annotated[float, typer.Option(min=1, help="Seconds to wait for the engine to work through all the nodes.")] = 600.0,
+) -> None:
+    """Recompute cached states with the engine's own forward pass, now, and compare (check T2).
+
+    For each node the engine prefills the node's token prefix alone from an empty state (no
+    prefix match, no insert: the tree and its LRU stay as they are) and compares the result with
+    the node's slot, per conv tensor and for the SSM state. Works on any model and device the
+    engine serves; it runs between the engine's batches. Exit 0: all equal; 1: a mismatch; 2: bad
+    input (unknown node, engine unreachable, model without mamba state).
+    """
+    from .cli_output import print_verdicts
+    from .verify_command import VerifyError, exit_code, verify_nodes
+
+    if not node and not all_nodes:
+        fail("name the nodes with --node ID (see `mcinspect snapshot PORT --format tree`) or ask for --all")
+    where = _target(target)
+    show = (lambda done, total: stderr.print(f"verified {done} of {total}", end="\r")) if sys.stderr.isatty() else (lambda d, t: None)
+    try:
+        judged = verify_nodes(where, list(node or []), all_nodes, token=token, timeout_s=timeout, wait_s=wait, on_progress=show)
+    except (EngineUnreachable, EngineRefused, VerifyError) as exc:
+        fail(str(exc))
+    print_verdicts(judged, json_out)
+    raise typer.Exit(exit_code(judged))
+
+
 @app.command("checks")
 def list_checks() -> None:
     """The checks `mcinspect check` runs: what each catches, the upstream bugs, what it cannot see."""

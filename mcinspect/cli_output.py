@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from .checks import CheckSpec, Violation
-from .schema import VerifyStats
+from .schema import EngineInfo, VerifyStats
 
 if TYPE_CHECKING:
     from mcinspect_engine_hooks.cpu_engine.faults import Fault
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from .demo import DemoSummary
     from .inspect_commands import RankInfo
+    from .verify_command import Judged
 
 stderr = Console(stderr=True)
 stdout = Console()
@@ -91,6 +92,40 @@ def verification_line(oracles: str, v: VerifyStats, workload_s: float) -> str:
     )
 
 
+def print_verdicts(judged: list[Judged], json_out: bool) -> None:
+    """`mcinspect verify`'s results: a table, or one JSON object per node."""
+    if json_out:
+        for j in judged:
+            v = j.verdict
+            verdict = "error" if j.equal is None else "equal" if j.equal else "mismatch"
+            row = {**msgspec.to_builtins(v), "tolerance": None if j.equal is None else j.tolerance, "verdict": verdict}
+            typer.echo(json.dumps(row))
+        return
+    if not stdout.is_terminal:  # one whole line per node: nothing folded or cut in a pipe or a log
+        for j in judged:
+            v = j.verdict
+            if j.equal is None:
+                typer.echo(f"node {v.node}: not verified: {v.error}")
+                continue
+            verdict = "equal" if j.equal else "MISMATCH"
+            typer.echo(
+                f"node {v.node} slot {v.slot}: {verdict} ({v.oracle} oracle, {v.tokens} tokens; conv relative L2 "
+                f"{v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g}, tolerance {j.tolerance:g})"
+            )
+        return
+    table = Table(title="T2: cached states against their prefixes recomputed", title_justify="left")
+    for column in ("node", "slot", "tokens", "oracle", "conv rel L2", "temporal rel L2", "tolerance", "verdict"):
+        table.add_column(column, overflow="fold")
+    for j in judged:
+        v = j.verdict
+        if j.equal is None:
+            table.add_row(str(v.node), str(v.slot) if v.slot >= 0 else "-", "-", v.oracle or "-", "-", "-", "-", f"[red]not verified: {v.error}[/]")
+            continue
+        verdict = "[green]equal[/]" if j.equal else "[bold red]MISMATCH[/]"
+        table.add_row(str(v.node), str(v.slot), str(v.tokens), v.oracle, f"{v.conv_rel_l2:.3g}", f"{v.temporal_rel_l2:.3g}", f"{j.tolerance:g}", verdict)
+    stdout.print(table)
+
+
 def print_summary(summary: DemoSummary) -> None:
     table = Table(title="mcinspect demo summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -140,7 +175,8 @@ def print_ranks(ranks: list[RankInfo]) -> None:
         f"[bold]{first.model_path}[/]  sglang {first.sglang_version}, schema {first.schema_version}\n"
         f"strategy {first.strategy}, page size {first.page_size}, overlap {'on' if first.overlap else 'off'}, "
         f"tree core {first.tree_core}{'' if first.full_tree_detail else ' (nodes off request paths hidden)'}\n"
-        f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens",
+        f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens\n"
+        f"{verification_setting(first)}",
         highlight=False,
     )
     table = Table("tp", "dp", "pid", "ports", "step", "unobserved", "slots in use", "published", "dropped", "hook errors", "rejected")
@@ -153,6 +189,28 @@ def print_ranks(ranks: list[RankInfo]) -> None:
             str(counters.dropped), str(stats.hook_errors), str(counters.rejected_requests),
         )
     stdout.print(table)
+    for rank in ranks:
+        if rank.info.verify != "off" or rank.stats.verify.verified or rank.stats.verify.working:
+            stdout.print(f"rank {rank.info.tp_rank}: {verification_counts(rank.stats.verify)}", highlight=False)
+
+
+def verification_setting(info: EngineInfo) -> str:
+    """Whether the engine verifies cached states (T2), and its budget."""
+    if info.verify == "off":
+        return "T2 verification off (MCINSPECT_VERIFY=engine turns it on; `mcinspect verify` works either way)"
+    return (
+        f"T2 verification by the {info.verify} oracle, within {info.verify_share:.0%} of the scheduler's busy time "
+        f"and {info.verify_rate:g} references a second"
+    )
+
+
+def verification_counts(v: VerifyStats) -> str:
+    per = f" ({1000 * v.seconds / (v.verified + v.working):.1f} ms each)" if v.verified + v.working else ""
+    return (
+        f"{v.verified} cached and {v.working} working states verified, {v.mismatches} mismatches, {v.queued} queued, "
+        f"{v.gone} gone before their turn, {v.no_room} waits for room, {v.failed} failed; "
+        f"{v.seconds:.2f} s of references{per}, {v.tokens:,} tokens"
+    )
 
 
 class ViolationPrinter:

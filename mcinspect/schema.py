@@ -536,6 +536,8 @@ class NodeVerdict(msgspec.Struct, frozen=True):
     temporal_rel_l2: float
     error: str = ""
     """Why it could not be verified ("" when it was)."""
+    forward: str = ""
+    """The forward that wrote the state, where the engine saw it ("extend", "decode", "finish")."""
 
 
 class VerifyStatus(_Message):

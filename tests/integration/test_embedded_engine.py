@@ -20,7 +20,7 @@ import pytest
 from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
 
 from mcinspect.recording import RecordingReader
-from mcinspect.schema import CowEvent, Delta
+from mcinspect.schema import CowEvent, Delta, InsertEvent, WorkingStateEvent
 
 pytestmark = pytest.mark.slow
 
@@ -58,10 +58,15 @@ def recording_of(args: tuple[str, ...]) -> Path:
     return RECORDINGS / ("_".join(a.strip("-") for a in args) + ".mcrec")
 
 
+VERIFY_EVERY_STATE = {"MCINSPECT_VERIFY_SHARE": "1"}
+"""The engine oracle may use all the time it needs: every cached state is verified as soon as it
+can be read (the demo's default verifies with the engine oracle within half the busy time)."""
+
+
 def cached_run(*args: str) -> DemoRun:
     """One engine run per configuration, recorded, shared by the tests that read it."""
     if args not in _runs:
-        _runs[args] = run_demo(*args, "--requests", str(REQUESTS), "--record", str(recording_of(args)))
+        _runs[args] = run_demo(*args, "--requests", str(REQUESTS), "--record", str(recording_of(args)), env=VERIFY_EVERY_STATE)
     return _runs[args]
 
 
@@ -71,6 +76,7 @@ CONFIGS = {
     "extra_buffer-p16": ("--strategy", "extra_buffer", "--page-size", "16"),
     "extra_buffer-p16-no-overlap": ("--strategy", "extra_buffer", "--page-size", "16", "--no-overlap"),
     "extra_buffer_lazy-p16": ("--strategy", "extra_buffer_lazy", "--page-size", "16"),
+    "extra_buffer-p16-rust": ("--strategy", "extra_buffer", "--page-size", "16", "--tree-core", "rust"),
 }
 
 
@@ -94,14 +100,25 @@ def test_workload_runs_hits_the_cache_and_shuts_down_clean(name: str) -> None:
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_long_clean_run_has_no_violations(name: str) -> None:
-    """Zero false positives: every check over every step of the run, evictions included."""
+    """Zero false positives: every check over every step of the run, evictions included, with
+    the engine oracle verifying every cached state it could read before its eviction."""
     run = cached_run(*CONFIGS[name])
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.summary["stats"]["evicted_mamba_slots"] > 0
     check = subprocess.run([MCINSPECT, "check", str(recording_of(CONFIGS[name])), "--json"], capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, (check.stdout[:3000], check.stderr[-3000:])
-    cows = [e for frame in RecordingReader(recording_of(CONFIGS[name])) if isinstance(frame, Delta) for e in frame.events if isinstance(e, CowEvent)]
+    frames = [frame for frame in RecordingReader(recording_of(CONFIGS[name])) if isinstance(frame, Delta)]
+    cows = [e for frame in frames for e in frame.events if isinstance(e, CowEvent)]
     assert sum(len(e.sources) for e in cows) > 0  # T3 saw real copy-on-writes (and found them exact)
+    inserted = sum(isinstance(e, InsertEvent) for frame in frames for e in frame.events)
+    verified = [c for frame in frames for c in frame.contents.values() if c.recompute_oracle == "engine"]
+    working = [e for frame in frames for e in frame.events if isinstance(e, WorkingStateEvent)]
+    verify = run.summary["stats"]["verify"]
+    print(f"{name}: {inserted} inserted, {verify['verified']} verified, {verify['gone']} gone, {len(working)} working")
+    assert verify["mismatches"] == 0 and verify["failed"] == 0
+    assert verify["verified"] == len(verified) and verify["working"] == len(working) > 0
+    assert verify["verified"] + verify["gone"] + verify["queued"] >= inserted > 0  # every state accounted for
+    assert verify["verified"] >= inserted / 4  # most are read before the pressure evicts them
 
 
 def test_extra_buffer_with_overlap_gives_each_request_two_ping_pong_slots() -> None:
@@ -125,10 +142,12 @@ def test_pressure_forces_evictions() -> None:
     assert stats["evicted_mamba_slots"] > 0
 
 
-def test_same_seed_same_outputs() -> None:
+def test_same_seed_same_outputs_whether_states_are_verified_or_not() -> None:
+    """The engine oracle's reference prefills change no user output (nor what the cache served)."""
     first = cached_run(*CONFIGS["extra_buffer-p16"])
-    again = run_demo(*CONFIGS["extra_buffer-p16"], "--requests", str(REQUESTS))
+    again = run_demo(*CONFIGS["extra_buffer-p16"], "--requests", str(REQUESTS), "--verify", "off")
     assert again.returncode == 0, again.stderr[-4000:]
+    assert first.summary["stats"]["verify"]["verified"] > 0 and again.summary["stats"]["verify"]["verified"] == 0
     assert again.summary["output_digest"] == first.summary["output_digest"]
     assert again.summary["cached_tokens"] == first.summary["cached_tokens"]
 

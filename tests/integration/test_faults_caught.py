@@ -27,6 +27,13 @@ DETECTION_STEPS = 3
 MATRIX_ENV = "MCINSPECT_FAULT_MATRIX"
 """Set to 1 for every fault under every configuration it applies to (~25 engine runs)."""
 CONFIGS = [("no_buffer", 1), ("extra_buffer", 1), ("extra_buffer", 16), ("extra_buffer_lazy", 16)]
+TREE_CORES = ("python", "rust")
+"""The matrix runs the faults a recompute catches under both tree cores: the engine oracle reads
+the prefix tokens recorded at insert, so it needs no node sglang's Rust core hides."""
+VERIFY_ENV = {"MCINSPECT_VERIFY_SHARE": "1", "MCINSPECT_VERIFY_WORKING": "0.5"}
+"""The engine oracle verifies every state as soon as it can be read, and samples working states
+for half its references: detection is measured from the state's first chance to be read."""
+RECOMPUTE_CHECKS = (RECOMPUTE_CHECK, "T2-working-state")
 
 CASES = {
     # CI: every fault once; the strategies and page sizes each fault applies to, in turn
@@ -38,6 +45,7 @@ CASES = {
     "double-owner": ("extra_buffer", 1),
     "overwrite-cached": ("extra_buffer", 16),
     "ghost-node": ("extra_buffer_lazy", 16),
+    "dropped-cow": ("extra_buffer", 16),
 }
 
 
@@ -55,10 +63,16 @@ def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None
     return violations, json.loads(demo.stdout)
 
 
-def runs() -> list[tuple[str, str, int]]:
+def runs() -> list[tuple[str, str, int, str]]:
     if os.environ.get(MATRIX_ENV) == "1":
-        return [(name, *config) for name, fault in FAULTS.items() for config in CONFIGS if fault.applies_to(*config)]
-    return [(name, *config) for name, config in CASES.items()]
+        return [
+            (name, *config, core)
+            for name, fault in FAULTS.items()
+            for config in CONFIGS
+            if fault.applies_to(*config)
+            for core in (TREE_CORES if set(fault.expected_checks) & set(RECOMPUTE_CHECKS) else ("python",))
+        ]
+    return [(name, *config, "python") for name, config in CASES.items()]
 
 
 def test_every_fault_has_a_case() -> None:
@@ -67,13 +81,15 @@ def test_every_fault_has_a_case() -> None:
         assert FAULTS[name].applies_to(strategy, page_size), name
 
 
-@pytest.mark.parametrize("fault, strategy, page_size", runs())
-def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, strategy: str, page_size: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault, strategy, page_size, tree_core", runs())
+def test_fault_is_caught_within_three_steps_naming_what_it_touched(
+    fault: str, strategy: str, page_size: int, tree_core: str, tmp_path: Path
+) -> None:
+    """The engine oracle alone for the faults a recompute catches (the transformers oracle off)."""
     spec = FAULTS[fault]
     log = tmp_path / "faults.jsonl"
-    args = ["--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
-    args += ["--verify"] if RECOMPUTE_CHECK in spec.expected_checks else []
-    violations, _ = record_and_check(tmp_path, *args, env={**os.environ, LOG_ENV: str(log)})
+    args = ["--fault", fault, "--strategy", strategy, "--page-size", str(page_size), "--tree-core", tree_core, "--verify", "engine"]
+    violations, _ = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV, LOG_ENV: str(log)})
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["fault"] == fault and a["step"] is not None for a in actions)
     first = min(a["step"] for a in actions)
@@ -81,7 +97,7 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, s
     caught = sorted((v for v in violations if v["check"] in spec.expected_checks), key=lambda v: v["step"])
     assert caught, f"{fault}: expected {spec.expected_checks}, got {sorted({v['check'] for v in violations})}"
     detection = caught[0]
-    print(f"{fault} {strategy} page {page_size}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
+    print(f"{fault} {strategy} page {page_size} {tree_core}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
     assert 0 <= detection["step"] - first <= DETECTION_STEPS, f"{fault}: first action at step {first}, caught at {detection}"
     touched = {
         "slots": {a["slot"] for a in actions if a["slot"] is not None},
@@ -92,8 +108,17 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, s
         assert any(set(detection[kind]) & touched[kind] for kind in touched), f"{fault}: {detection} names none of {touched}"
 
 
+def test_a_lost_copy_on_write_is_caught_in_the_working_state_while_every_cached_state_is_right(tmp_path: Path) -> None:
+    """dropped-cow corrupts only requests that cache nothing afterwards: T2 on cached states
+    finds nothing, the working-state check finds them."""
+    violations, summary = record_and_check(tmp_path, "--fault", "dropped-cow", "--verify", "engine", env={**os.environ, **VERIFY_ENV})
+    checks = {v["check"] for v in violations}
+    assert "T2-working-state" in checks and RECOMPUTE_CHECK not in checks, checks
+    assert summary["stats"]["verify"]["verified"] > 0  # the cached states were verified, and clean
+
+
 def test_clean_run_has_no_violations(tmp_path: Path) -> None:
-    violations, summary = record_and_check(tmp_path, "--verify")
+    violations, summary = record_and_check(tmp_path, "--verify", "both", env={**os.environ, **VERIFY_ENV})
     assert summary["stats"]["evicted_mamba_slots"] > 0  # the run did exercise eviction
     assert violations == []
 
