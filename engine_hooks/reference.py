@@ -20,7 +20,10 @@ Isolation (sglang 0.5.23), each enforced here rather than hoped for:
   so no user request can join it and the run reproduces no batch-composition bug (#37836);
 - nothing left behind: the KV tokens, the req_to_token row and the mamba slots (working and
   ping-pong) are freed, and the allocators' free lists are put back in their previous order, so
-  later user requests get the slots and pages they would have got without the run.
+  later user requests get the slots and pages they would have got without the run. The mamba
+  slots it used are zeroed first, as the pool starts them: sglang never reads a free slot (it
+  clears or copies into a slot it hands out), but check T1 reads an all-zero tree slot as one
+  that was never written, and a reference must not turn a free slot into a plausible state.
 The caller picks the moment (no forward in flight on an accelerator; see verify_engine.py) and
 keeps the inspector's own hooks from recording the run's allocations as engine events.
 """
@@ -166,9 +169,21 @@ class ReferencePrefill:
         if batch is not None and getattr(batch, "out_cache_loc", None) is not None:
             self.allocator.free(batch.out_cache_loc)
         if kv.holds_mamba:
+            self._zero(req)
             self.pool.free_mamba_cache(req)
         if kv.holds_kv:
             self.pool.free(req)
+
+
+    def _zero(self, req: Any) -> None:
+        """Zero the request's working and ping-pong slots (see the module docstring)."""
+        slots = [req.kv.mamba_pool_idx.reshape(1)]
+        if req.kv.mamba_ping_pong_track_buffer is not None:
+            slots.append(req.kv.mamba_ping_pong_track_buffer[req.kv.mamba_ping_pong_track_buffer >= 0])
+        cache = self.pool.mamba_pool.mamba_cache
+        ids = torch.cat(slots).to(device=cache.temporal.device, dtype=torch.int64)
+        for tensor in [*cache.conv, cache.temporal]:
+            tensor[:, ids] = 0
 
 
 @dataclass

@@ -29,16 +29,16 @@ MAX_ORIGINS = 4096
 """Track plans remembered (per request and slot) until the insert that donates the slot."""
 
 
-@dataclass
+@dataclass(eq=False)
 class CachedState:
-    """A state the tree holds, as the insert saw it."""
+    """A state the tree holds, as the insert saw it (compared by identity)."""
 
     slot: SlotId
     node: NodeId
     tokens: array | None
     """The prefix from the root to the node's end (int32); None once given up (verifier.MAX_TOKENS)."""
     step: Step
-    """The boundary after the insert: the state may be read from the next boundary on."""
+    """The first boundary after the insert."""
     rid: Rid
     origin: BatchOrigin | None
 

@@ -4,8 +4,9 @@ prefixes recomputed alone (check T2-recompute and T2-working-state on the client
 Automatic verification (MCINSPECT_VERIFY=engine|transformers|both) runs on the scheduler thread
 at step boundaries and idle turns, one reference at a time:
 - cached states, oldest first, from the StateLog (every insert, with its prefix tokens), each
-  once its producing forward has certainly finished (a boundary after the insert) and only while
-  its node still holds the slot; states that leave the tree first are counted as gone;
+  once its producing forward has certainly finished (on the CPU at the first boundary after the
+  insert, where every launched forward has run; on an accelerator one boundary later) and only
+  while its node still holds the slot; states that leave the tree first are counted as gone;
 - every 1/MCINSPECT_VERIFY_WORKING-th reference, a running request's working slot (requests
   that took a prefix from the cache first: copy-on-write and initial-state bugs live there),
   against its whole prefix (cached part + computed suffix) at the last forward that ran;
@@ -72,6 +73,8 @@ MAX_TICKETS = 16
 MAX_WORKING_CHECKS = 2
 """Checks of one request's working state: right after its prefill (where a wrong initial state is
 freshest) and once later."""
+MAX_SCAN = 32
+"""Queued states looked at per turn for one that is ready and has room."""
 MAX_PER_TURN = 8
 """References at one busy boundary, as the budget allows (its credit is capped at one second's
 worth of the share, so a boundary stalls for at most that plus one reference)."""
@@ -239,20 +242,22 @@ class Verifier:
         return ("cached", state)
 
     def _ready_state(self, step: Step) -> CachedState | None:
-        """The oldest queued state whose forward has finished and whose node still holds it."""
-        while self._queue:
-            state = self._queue[0]
-            if state.step >= step:  # inserted during this very step: wait a boundary
-                return None
+        """The oldest queued state whose forward has finished, whose node still holds it, and
+        for which the pools have room now (a long prefix waiting for room holds up no other)."""
+        waiting = False
+        for state in list(itertools.islice(self._queue, MAX_SCAN)):
+            if state.step > step or (state.step == step and not self._cpu):
+                break  # on an accelerator the forward that wrote it may still run: next boundary
             if state.tokens is None or self.slot_of(state.node) != state.slot:
-                self._queue.popleft()
+                self._queue.remove(state)
                 self._forget(state.node)
                 self._count(gone=1)
                 continue
-            if not all(oracle.room(len(state.tokens)) for oracle in self.oracles()):
-                self._count(no_room=1)
-                return None
-            return state
+            if all(oracle.room(len(state.tokens)) for oracle in self.oracles()):
+                return state
+            waiting = True
+        if waiting:
+            self._count(no_room=1)
         return None
 
     def _agree(self, job: Job | None, step: Step) -> Job | None:
@@ -279,8 +284,8 @@ class Verifier:
     # --- verifying ---
 
     def _verify_cached(self, state: CachedState, step: Step, idle: bool) -> None:
-        if self._queue and self._queue[0] is state:
-            self._queue.popleft()
+        if state in self._queue:
+            self._queue.remove(state)
         self._references += 1
         for oracle in self.oracles():
             distances = self._measure(oracle, state.slot, state.tokens, idle)

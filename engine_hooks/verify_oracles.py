@@ -52,6 +52,8 @@ class EngineOracle:
         return self.prefill.room(tokens)
 
     def distances(self, slot: int, tokens: Sequence[int]) -> Distances:
+        if not tokens:  # nothing prefilled: the state is the pool's zero state
+            return zero_distances(self._conv, self._temporal, slot)
         cached = torch.tensor([slot], dtype=torch.int64, device=self._temporal.device)
 
         def compare(working: torch.Tensor) -> tuple[float, float]:
@@ -78,6 +80,8 @@ class TensorOracle:
         return True  # it needs none of the engine's pools
 
     def distances(self, slot: int, tokens: Sequence[int]) -> Distances:
+        if not tokens:
+            return zero_distances(self._conv, self._temporal, slot)
         began = time.perf_counter()
         ref_conv, ref_temporal = self.oracle.references([tokens])
         ids = torch.tensor([slot], dtype=torch.int64, device=self._temporal.device)
@@ -86,6 +90,19 @@ class TensorOracle:
         conv = [float(state_distance_to([], c, ids, [], r).rel_l2[0]) for c, r in zip(self._conv, ref_conv)]
         temporal = float(state_distance_to([], self._temporal, ids, [], ref_temporal).rel_l2[0])
         return Distances(_largest(conv), temporal, time.perf_counter() - began, len(tokens))
+
+
+def zero_distances(conv: list[torch.Tensor], temporal: torch.Tensor, slot: int) -> Distances:
+    """A slot against the empty prefix's state, all zeros (a node with an empty key, #35821)."""
+    began = time.perf_counter()
+    ids = torch.tensor([slot], dtype=torch.int64, device=temporal.device)
+
+    def zeros(t: torch.Tensor) -> torch.Tensor:
+        return torch.zeros((t.shape[0], 1, *t.shape[2:]), dtype=t.dtype, device=t.device)
+
+    conv_rel = [float(state_distance_to([], c, ids, [], zeros(c)).rel_l2[0]) for c in conv]
+    temporal_rel = float(state_distance_to([], temporal, ids, [], zeros(temporal)).rel_l2[0])
+    return Distances(_largest(conv_rel), temporal_rel, time.perf_counter() - began, 0)
 
 
 def _largest(values: list[float]) -> float:

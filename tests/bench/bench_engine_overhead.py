@@ -1,5 +1,6 @@
 """Engine throughput of the demo workload: hooks off / hooks on, no client / hooks on with a
-client streaming (goal: >= 0.99x), and with fingerprint capture (goal >= 0.98x).
+client streaming (goal: >= 0.99x), with fingerprint capture (goal >= 0.98x), and with T2
+verification by the engine oracle.
 
 "hooks on" captures on demand (nothing per step while nobody is subscribed). "+ live client"
 streams what a TUI gets by default: captures as often as the inspector's time budget allows
@@ -12,6 +13,11 @@ and throughput varies by +-10% run to run, more than the effect measured. So eac
 reports the time its scheduler thread spent inside mcinspect's hooks (`Stats.hook_seconds`,
 summed by the hook guard): its share of the workload's wall time is the inspector's direct
 cost, and 1 - share the throughput ratio it implies, a figure the noise hardly moves.
+
+T2 verification (the engine oracle's reference prefills) is off in every variant but the two
+"verify" ones: at the production default budget (MCINSPECT_VERIFY_SHARE=0.05) and at the demo's
+(0.5); for those the bench also prints the references a second it achieved and their share of
+the workload's time.
 
 Each variant is a separate `mcinspect demo --headless --json` process on the same seed; the
 variants are interleaved round by round so machine noise hits them alike, and the median of
@@ -67,6 +73,10 @@ class Run(NamedTuple):
     frames: int
     """Frames the client received (0 without one)."""
     steps: int
+    verified_per_s: float = 0.0
+    """Reference prefills (cached and working states) a second of workload."""
+    verify_share: float = 0.0
+    """Their busy-time share of the workload's wall time."""
 
 
 def run(variant: str, requests: int) -> Run:
@@ -75,6 +85,10 @@ def run(variant: str, requests: int) -> Run:
     env = dict(os.environ)
     if variant == "hooks off":
         command.append("--no-hooks")
+    if variant.startswith("verify engine"):
+        env["MCINSPECT_VERIFY_SHARE"] = "0.05" if "default" in variant else "0.5"
+    else:
+        command += ["--verify", "off"]
     if variant.startswith("every step"):
         env["MCINSPECT_CAPTURE"] = "every-step"
     if variant == "every step, no fingerprints":
@@ -93,12 +107,15 @@ def run(variant: str, requests: int) -> Run:
         raise SystemExit(f"{variant}: demo failed: {result.stderr.strip().splitlines()[-1]}")
     summary = json.loads(result.stdout)
     stats = summary["stats"] or {"hook_seconds": 0.0, "step": 1}
+    verify = stats.get("verify") or {"verified": 0, "working": 0, "busy_seconds": 0.0}
     return Run(
         summary["generated_tokens_per_s"],
         stats["hook_seconds"] / summary["workload_s"],
         1000 * stats["hook_seconds"] / max(stats["step"], 1),
         sum(frames),
         stats["step"],
+        (verify["verified"] + verify["working"]) / summary["workload_s"],
+        verify["busy_seconds"] / summary["workload_s"],
     )
 
 
@@ -108,7 +125,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--only", help="Comma-separated variants to run ('hooks off' always runs).")
     args = parser.parse_args()
-    variants = ["hooks off", "hooks on", "every step, no fingerprints", "every step", "hooks on + live client", "hooks on + every-step client"]
+    variants = [
+        "hooks off",
+        "hooks on",
+        "every step, no fingerprints",
+        "every step",
+        "hooks on + live client",
+        "hooks on + every-step client",
+        "verify engine, default budget",
+        "verify engine, demo budget",
+    ]
     if args.only:
         wanted = {name.strip() for name in args.only.split(",")}
         unknown = wanted - set(variants)
@@ -122,7 +148,8 @@ def main() -> None:
             print(
                 f"round {round_ + 1}: {variant:<28} {result.tokens_per_s:7.1f} generated tok/s, "
                 f"hooks {result.hook_ms_per_step:5.2f} ms/step = {100 * result.hook_share:4.1f}% of the workload"
-                + (f", client got {result.frames} frames of {result.steps} steps" if result.frames else ""),
+                + (f", client got {result.frames} frames of {result.steps} steps" if result.frames else "")
+                + (f", {result.verified_per_s:.1f} references/s taking {100 * result.verify_share:.1f}%" if result.verified_per_s else ""),
                 flush=True,
             )
     base = statistics.median(r.tokens_per_s for r in runs["hooks off"])
@@ -133,6 +160,10 @@ def main() -> None:
         per_step = statistics.median(r.hook_ms_per_step for r in runs[variant])
         share = statistics.median(r.hook_share for r in runs[variant])
         print(f"{variant:<28} {median:7.1f} {median / base:6.3f}x   {per_step:12.3f} {1 - share:14.3f}x")
+        if variant.startswith("verify"):
+            rate = statistics.median(r.verified_per_s for r in runs[variant])
+            taken = statistics.median(r.verify_share for r in runs[variant])
+            print(f"{'':<28} {rate:.1f} references/s, {100 * taken:.1f}% of the workload's time")
 
 if __name__ == "__main__":
     main()

@@ -57,9 +57,9 @@ class Recorder(ReferencePrefill):
         self.req = batch.reqs[0]
         cache = self.pool.mamba_pool.mamba_cache
         slot = self.working = int(self.req.kv.mamba_pool_idx)
-        cache.temporal[:, slot] = PATTERN
-        for conv in cache.conv:
-            conv[:, slot] = PATTERN
+        self.req_track_slots = [int(x) for x in self.req.kv.mamba_ping_pong_track_buffer if x >= 0]
+        for tensor in [*cache.conv, cache.temporal]:
+            tensor[:, [slot, *self.req_track_slots]] = PATTERN  # the forward writes the working and track slots
 
 
 def free_lists(s: SimpleNamespace) -> tuple[list[int], list[int], list[int]]:
@@ -94,6 +94,9 @@ def test_a_reference_leaves_the_tree_and_the_pools_as_they_were(page_size: int) 
     assert after.slots == before.slots and after.kv == before.kv and not after.requests
     assert free_lists(s) == lists  # the very same order: later requests get the same slots
     assert working not in [int(x) for x in s.tree_cache.tree_core.all_mamba_values_flatten()]
+    cache = s.req_to_token_pool.mamba_pool.mamba_cache
+    used = [working, *ref.req_track_slots]
+    assert all(not t[:, used].any() for t in [*cache.conv, cache.temporal])  # zeroed, as the pool starts
 
 
 def test_a_reference_matches_nothing_and_copies_nothing_even_over_a_cached_prefix() -> None:

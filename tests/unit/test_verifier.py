@@ -79,7 +79,7 @@ def engine() -> Iterator[SimpleNamespace]:
     capture.full_state(Step(0))
     config = HooksConfig(base_port=1, verify="transformers", verify_share=1.0, verify_working=0.0)
     s.verifier = Verifier(s, config, log, capture.slot_of, capture.path_tokens)
-    s.capture, s.driver = capture, Driver(s)
+    s.capture, s.driver, s.log, s.verifier_config = capture, Driver(s), log, config
     yield s
     restore()
 
@@ -102,12 +102,14 @@ def tree_slots(s: SimpleNamespace) -> list[int]:
     return [int(x) for x in s.tree_cache.tree_core.all_mamba_values_flatten()]
 
 
-def test_a_state_is_verified_after_its_forward_and_published_once(engine: SimpleNamespace, zero_oracle: list) -> None:
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_state_is_verified_after_its_forward_and_published_once(engine: SimpleNamespace, zero_oracle: list, device: str) -> None:
     tokens = [(5 * i) % 500 + 3 for i in range(40)]
     node, slot = cache_request(engine, tokens)
-    verifier = engine.verifier
-    verifier.on_turn(Step(1), idle=False)  # recorded at this boundary: its forward may still run
-    assert verifier.stats().verified == 0 and verifier.stats().queued == 1
+    engine.device = device  # on an accelerator, the forward that wrote it may still run at this boundary
+    verifier = Verifier(engine, engine.verifier_config, engine.log, engine.capture.slot_of, engine.capture.path_tokens)
+    verifier.on_turn(Step(1), idle=False)
+    assert verifier.stats().verified == (1 if device == "cpu" else 0)
     verifier.on_turn(Step(2), idle=False)
     assert verifier.stats().verified == 1 and verifier.stats().mismatches == 0
     assert zero_oracle[0].asked == [tokens[:32]]  # the prefix the insert saw, page-aligned
@@ -126,7 +128,6 @@ def test_a_wrong_state_is_measured_beyond_the_tolerance(engine: SimpleNamespace,
     node, slot = cache_request(engine, [(3 * i) % 500 + 3 for i in range(50)])
     engine.req_to_token_pool.mamba_pool.mamba_cache.temporal[:, slot] = 1.0  # not the prefix's state
     engine.verifier.on_turn(Step(1), idle=False)
-    engine.verifier.on_turn(Step(2), idle=False)
     record = engine.verifier.after_capture({}, [], tree_slots(engine))[0][slot]
     assert record.recompute_temporal_rel_l2 > 1e6 * tolerance("transformers")  # against a zero reference
     assert engine.verifier.stats().mismatches == 1
@@ -136,9 +137,8 @@ def test_a_state_that_leaves_the_tree_first_is_not_verified(engine: SimpleNamesp
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
     cache_request(engine, [(9 * i) % 500 + 3 for i in range(48)])
-    engine.verifier.on_turn(Step(1), idle=False)
     engine.tree_cache.evict(EvictParams(num_tokens=10_000, mamba_num=16))
-    engine.verifier.on_turn(Step(2), idle=False)
+    engine.verifier.on_turn(Step(1), idle=False)
     stats = engine.verifier.stats()
     assert (stats.verified, stats.gone, stats.queued) == (0, 1, 0)
 
