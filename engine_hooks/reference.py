@@ -18,12 +18,15 @@ Isolation (sglang 0.5.23), each enforced here rather than hoped for:
   run starts only when the pools have room without evicting (`room`);
 - alone in its batch: the batch holds this one request, built outside the scheduler's queues,
   so no user request can join it and the run reproduces no batch-composition bug (#37836);
-- nothing left behind: the KV tokens, the req_to_token row and the mamba slots (working and
-  ping-pong) are freed, and the allocators' free lists are put back in their previous order, so
-  later user requests get the slots and pages they would have got without the run. The mamba
-  slots it used are zeroed first, as the pool starts them: sglang never reads a free slot (it
-  clears or copies into a slot it hands out), but check T1 reads an all-zero tree slot as one
-  that was never written, and a reference must not turn a free slot into a plausible state.
+- no mamba slot taken: the request computes in the pool's dummy slot 0, which sglang keeps for
+  padded rows and never hands out, so a reference needs no free slot even when the tree holds
+  every one (no_buffer). Its track writes are switched off (the mask of its one-request batch),
+  so the state read is the prefill's final state, computed by the main kernel path (not by the
+  track copy, whose bugs #30862/#24613 it must not share), and slot 0 is zeroed afterwards, as
+  the pool starts it;
+- nothing left behind: the KV tokens and the req_to_token row are freed, and the allocators'
+  free lists are put back in their previous order, so later user requests get the pages and
+  rows they would have got without the run.
 The caller picks the moment (no forward in flight on an accelerator; see verify_engine.py) and
 keeps the inspector's own hooks from recording the run's allocations as engine events.
 """
@@ -41,6 +44,8 @@ import torch
 
 T = TypeVar("T")
 
+DUMMY_SLOT = 0
+"""sglang's dummy mamba slot: the allocator hands out 1..size, padded rows write slot 0."""
 RID_PREFIX = "mcinspect-reference-"
 """Request ids of reference runs; nothing of sglang's ever sees one, but logs might."""
 
@@ -101,16 +106,13 @@ class ReferencePrefill:
         self.allocator = scheduler.token_to_kv_pool_allocator
         self._tree = _IsolatedTree(scheduler.tree_cache)
         self.page_size = int(scheduler.page_size)
+        self._device = self.pool.mamba_pool.mamba_cache.temporal.device
 
     def room(self, n_tokens: int) -> bool:
-        """Whether the pools can hold a reference of `n_tokens` without evicting anything."""
+        """Whether the pools can hold a reference of `n_tokens` without evicting anything (KV for
+        its tokens and a req_to_token row: its mamba state lives in the dummy slot)."""
         pages = -(-n_tokens // self.page_size) + 1
-        slots = 1 + int(getattr(self.pool, "mamba_initial_tracking_slots", 0) or 0)
-        return (
-            self.allocator.available_size() >= pages * self.page_size
-            and self.pool.mamba_allocator.available_size() >= slots
-            and self.pool.available_size() >= 1
-        )
+        return self.allocator.available_size() >= pages * self.page_size and self.pool.available_size() >= 1
 
     def run(self, tokens: Sequence[int], compare: Callable[[torch.Tensor], T]) -> tuple[T, ReferenceRun]:
         """Prefill `tokens` alone from an empty state, call `compare(working_slot)` (a 1-element
@@ -121,12 +123,12 @@ class ReferencePrefill:
             raise ReferenceRefused(f"no room for {len(tokens)} tokens without evicting")
         began = time.perf_counter()
         req = self._request(tokens)
-        saved = _FreeLists.save(self.pool, self.allocator)
+        saved = _FreeLists.save(self.allocator)
         batch = None
         try:
             batch = self._batch(req)
             self._forward(batch)
-            result = compare(req.kv.mamba_pool_idx.reshape(1).to(torch.int64))
+            result = compare(torch.zeros(1, dtype=torch.int64, device=self._device))
         finally:
             self._free(req, batch)
             saved.restore()
@@ -142,6 +144,17 @@ class ReferencePrefill:
         req = Req(f"{RID_PREFIX}{next(_counter)}", "", array("q", tokens), params, vocab_size=vocab)
         req.refresh_fill_ids()
         req.extend_end = len(tokens)  # the whole prefix in one extend (prefix_len stays 0)
+        kv = req.kv
+        # The dummy slot as working and track slots: alloc() takes no slot for a request that
+        # holds them already; the forward's deferred clear zeroes it first.
+        kv.mamba_pool_idx = torch.tensor(DUMMY_SLOT, dtype=torch.int64, device=self._device)
+        kv.mamba_needs_clear = True
+        if getattr(self.pool, "enable_mamba_extra_buffer", False):
+            size = self.pool.mamba_ping_pong_track_buffer_size
+            kv.mamba_ping_pong_track_buffer = torch.full((size,), DUMMY_SLOT, dtype=torch.int64, device=self._device)
+            kv.mamba_ping_pong_empty = [False] * size
+            kv.mamba_next_track_idx = 0
+            kv.mamba_last_track_idx = self.pool.get_mamba_ping_pong_other_idx(0)
         return req
 
     def _batch(self, req: Any) -> Any:
@@ -152,6 +165,9 @@ class ReferencePrefill:
             [req], self.pool, self.allocator, self._tree, s.model_config, False, s.spec_algorithm
         )
         batch.prepare_for_extend()
+        if getattr(batch, "mamba_prefill_track_mask_cpu", None) is not None:  # extra_buffer: no track write
+            batch.mamba_prefill_track_mask_cpu = [False] * len(batch.reqs)
+            batch.mamba_track_mask = torch.zeros_like(batch.mamba_track_mask)
         return batch
 
     def _forward(self, batch: Any) -> None:
@@ -168,45 +184,32 @@ class ReferencePrefill:
         kv = req.kv
         if batch is not None and getattr(batch, "out_cache_loc", None) is not None:
             self.allocator.free(batch.out_cache_loc)
-        if kv.holds_mamba:
-            self._zero(req)
-            self.pool.free_mamba_cache(req)
+        cache = self.pool.mamba_pool.mamba_cache
+        for tensor in [*cache.conv, cache.temporal]:
+            tensor[:, DUMMY_SLOT] = 0
+        # Not free_mamba_cache: slot 0 was never taken from the allocator and must not enter it.
+        kv.mamba_pool_idx = kv.mamba_ping_pong_track_buffer = kv.mamba_ping_pong_empty = None
+        kv.mamba_needs_clear = False
         if kv.holds_kv:
             self.pool.free(req)
 
 
-    def _zero(self, req: Any) -> None:
-        """Zero the request's working and ping-pong slots (see the module docstring)."""
-        slots = [req.kv.mamba_pool_idx.reshape(1)]
-        if req.kv.mamba_ping_pong_track_buffer is not None:
-            slots.append(req.kv.mamba_ping_pong_track_buffer[req.kv.mamba_ping_pong_track_buffer >= 0])
-        cache = self.pool.mamba_pool.mamba_cache
-        ids = torch.cat(slots).to(device=cache.temporal.device, dtype=torch.int64)
-        for tensor in [*cache.conv, cache.temporal]:
-            tensor[:, ids] = 0
-
-
 @dataclass
 class _FreeLists:
-    """The allocators' free lists before a reference: restored after it, when the run gave back
-    exactly what it took (sglang rebinds these tensors on every alloc and free, never edits them)."""
+    """The KV allocator's free list before a reference: restored after it, when the run gave back
+    exactly what it took (sglang rebinds these tensors on every alloc and free, never edits
+    them). The req_to_token rows need nothing: alloc pops the last row and free appends it."""
 
-    pool: Any
     allocator: Any
-    mamba_free: torch.Tensor
     kv: dict[str, Any]
 
-    KV_FIELDS = ("free_pages", "release_pages", "staged_pages", "num_staged_pages")
+    FIELDS = ("free_pages", "release_pages", "staged_pages", "num_staged_pages")
 
     @classmethod
-    def save(cls, pool: Any, allocator: Any) -> _FreeLists:
-        kv = {name: _copy(getattr(allocator, name)) for name in cls.KV_FIELDS if hasattr(allocator, name)}
-        return cls(pool, allocator, pool.mamba_allocator.free_slots, kv)
+    def save(cls, allocator: Any) -> _FreeLists:
+        return cls(allocator, {name: _copy(getattr(allocator, name)) for name in cls.FIELDS if hasattr(allocator, name)})
 
     def restore(self) -> None:
-        mamba = self.pool.mamba_allocator
-        if _same_set(mamba.free_slots, self.mamba_free):
-            mamba.free_slots = self.mamba_free
         before = self.kv.get("free_pages")
         if before is None:
             return

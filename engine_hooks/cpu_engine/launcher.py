@@ -8,14 +8,16 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import PORT_ENV, VERIFY_ENV, VERIFY_MODES, VERIFY_SHARE_ENV, ConfigError, HooksConfig
+from ..config import PORT_ENV, VERIFY_ENV, VERIFY_MODES, VERIFY_RATE_ENV, VERIFY_SHARE_ENV, ConfigError, HooksConfig
 from . import patches
 from .tiny_model import ensure_tiny_model
 
 STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")
 DEMO_VERIFY_SHARE = 0.5
+DEMO_VERIFY_RATE = 100.0
 """The demo verifies (nearly) every state it caches, to show the faults caught: it may spend
-half the scheduler's busy time on references (production engines default to 5%)."""
+half the scheduler's busy time on references, 100 a second (production engines default to 5%
+and 20 a second)."""
 TREE_CORES = ("python", "rust")
 """sglang's tree core backends; the Python one shows every node, the Rust one hides them."""
 """`--mamba-radix-cache-strategy` values the embedded engine accepts."""
@@ -54,6 +56,8 @@ class EmbeddedEngineConfig:
     independent implementation of the tiny model), both, or off."""
     verify_share: float = DEMO_VERIFY_SHARE
     """Share of the scheduler's busy time reference prefills may take (MCINSPECT_VERIFY_SHARE)."""
+    verify_rate: float = DEMO_VERIFY_RATE
+    """References a second at most (MCINSPECT_VERIFY_RATE)."""
 
     @property
     def effective_overlap(self) -> bool:
@@ -144,6 +148,7 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
         os.environ["MCINSPECT_FAULT"] = config.fault
     os.environ[VERIFY_ENV] = config.verify
     os.environ.setdefault(VERIFY_SHARE_ENV, str(config.verify_share))
+    os.environ.setdefault(VERIFY_RATE_ENV, str(config.verify_rate))
     patches.install()  # before the first sglang import in this process
     model_path = ensure_tiny_model()
     import sglang

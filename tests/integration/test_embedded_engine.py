@@ -58,7 +58,7 @@ def recording_of(args: tuple[str, ...]) -> Path:
     return RECORDINGS / ("_".join(a.strip("-") for a in args) + ".mcrec")
 
 
-VERIFY_EVERY_STATE = {"MCINSPECT_VERIFY_SHARE": "1"}
+VERIFY_EVERY_STATE = {"MCINSPECT_VERIFY_SHARE": "1", "MCINSPECT_VERIFY_RATE": "1000"}
 """The engine oracle may use all the time it needs: every cached state is verified as soon as it
 can be read (the demo's default verifies with the engine oracle within half the busy time)."""
 

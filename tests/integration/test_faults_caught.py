@@ -30,7 +30,7 @@ CONFIGS = [("no_buffer", 1), ("extra_buffer", 1), ("extra_buffer", 16), ("extra_
 TREE_CORES = ("python", "rust")
 """The matrix runs the faults a recompute catches under both tree cores: the engine oracle reads
 the prefix tokens recorded at insert, so it needs no node sglang's Rust core hides."""
-VERIFY_ENV = {"MCINSPECT_VERIFY_SHARE": "1", "MCINSPECT_VERIFY_WORKING": "0.5"}
+VERIFY_ENV = {"MCINSPECT_VERIFY_SHARE": "1", "MCINSPECT_VERIFY_RATE": "1000", "MCINSPECT_VERIFY_WORKING": "0.5"}
 """The engine oracle verifies every state as soon as it can be read, and samples working states
 for half its references: detection is measured from the state's first chance to be read."""
 RECOMPUTE_CHECKS = (RECOMPUTE_CHECK, "T2-working-state")

@@ -95,8 +95,10 @@ def test_a_reference_leaves_the_tree_and_the_pools_as_they_were(page_size: int) 
     assert free_lists(s) == lists  # the very same order: later requests get the same slots
     assert working not in [int(x) for x in s.tree_cache.tree_core.all_mamba_values_flatten()]
     cache = s.req_to_token_pool.mamba_pool.mamba_cache
-    used = [working, *ref.req_track_slots]
-    assert all(not t[:, used].any() for t in [*cache.conv, cache.temporal])  # zeroed, as the pool starts
+    assert working == ref.working == 0 and ref.req_track_slots == [0, 0]  # the dummy slot: no slot taken
+    assert all(not t[:, 0].any() for t in [*cache.conv, cache.temporal])  # zeroed again, as the pool starts it
+    mask = ref.batch.mamba_track_mask  # None where sglang's execution config has no extra buffer
+    assert mask is None or (not mask.any() and ref.batch.mamba_prefill_track_mask_cpu == [False])  # no track write
 
 
 def test_a_reference_matches_nothing_and_copies_nothing_even_over_a_cached_prefix() -> None:
@@ -109,18 +111,18 @@ def test_a_reference_matches_nothing_and_copies_nothing_even_over_a_cached_prefi
     assert req.rid.startswith(RID_PREFIX) and batch.reqs == [req]  # alone in its batch
     assert req.prefix_len == 0 and batch.prefix_lens == [0] and batch.extend_lens == [len(prompt)]
     assert batch.mamba_cow_src_indices is None  # nothing copied from slot `cached`
-    assert batch.mamba_clear_indices.tolist() == [ref.working]  # the forward starts from a cleared slot
+    assert batch.mamba_clear_indices.tolist() == [0]  # the forward starts from the cleared dummy slot
     assert req.kv.mamba_pool_idx is None and req.kv.req_pool_idx is None  # and gives everything back
     assert cached in [int(x) for x in s.tree_cache.tree_core.all_mamba_values_flatten()]
 
 
 def test_without_room_a_reference_is_refused_and_nothing_is_evicted() -> None:
-    s = scheduler(16, kv_size=256)
-    for i in range(3):  # 3 x 64 of 256 KV tokens cached, all of it evictable
+    s = scheduler(16, kv_size=256, mamba_slots=3)
+    for i in range(3):  # 3 x 64 of 256 KV tokens cached, all of it evictable; every mamba slot in the tree
         cache_prefix(s, [i + 3] * 64)
     before = Capture(s, EventSink()).full_state(Step(0))
     ref = ReferencePrefill(s)
-    assert ref.room(32) and not ref.room(100)
+    assert ref.room(32) and not ref.room(100)  # KV decides: the state lives in the dummy slot
     with pytest.raises(ReferenceRefused, match="no room"):
         ref.run(list(range(3, 103)), lambda working: None)
     assert Capture(s, EventSink()).full_state(Step(0)).nodes == before.nodes
