@@ -1,0 +1,57 @@
+"""How much of the engine the request socket may take: a share of time, and a rate per client.
+
+The request thread shares the GIL with the scheduler: while it decodes, copies or encodes, the
+scheduler waits. Two bounds keep that small whoever asks and however often:
+
+- `TimeShare`: the thread's busy time stays within `share` of the wall time. After a request
+  that took t seconds it reads the next one only t / share later (at most `max_wait_s`, so a
+  huge snapshot does not starve every client's heartbeat). Requests wait meanwhile in ZMQ's
+  bounded queues, which ROUTER serves round robin: a flooding client delays its own requests,
+  and others by at most one of its requests per turn.
+- `ClientRates`: a token bucket per client (ZMQ routing id); a request past it is refused at
+  once with a prepared reply, before any decoding.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+DEFAULT_SHARE = 0.02
+"""Of the wall time, what the request thread may be busy (on the demo a snapshot reply costs ~1 ms)."""
+
+
+class TimeShare:
+    """Busy time of one thread held to a share of the wall time (times from perf_counter)."""
+
+    def __init__(self, share: float = DEFAULT_SHARE, max_wait_s: float = 1.0) -> None:
+        self.share = share
+        self.max_wait_s = max_wait_s
+        self._ready_at = 0.0
+
+    def wait_s(self, now: float) -> float:
+        """How long to wait before serving the next request."""
+        return max(0.0, self._ready_at - now)
+
+    def spent(self, began: float, ended: float) -> None:
+        """A request was served from `began` to `ended`."""
+        busy = ended - began
+        self._ready_at = ended + min(busy * (1 / self.share - 1), self.max_wait_s)
+
+
+class ClientRates:
+    """A token bucket per client: `rate` requests a second, bursts of `burst`."""
+
+    def __init__(self, rate: float = 50.0, burst: float = 100.0, clients: int = 1024) -> None:
+        self.rate, self.burst, self.clients = rate, burst, clients
+        self._buckets: OrderedDict[bytes, tuple[float, float]] = OrderedDict()
+        """client -> (tokens, when counted); the least recently seen first (bounded)."""
+
+    def admit(self, client: bytes, now: float) -> bool:
+        """Take a token for one request of `client`; False when it has none left."""
+        tokens, then = self._buckets.pop(client, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate)
+        admitted = tokens >= 1.0
+        self._buckets[client] = (tokens - 1.0 if admitted else tokens, now)
+        if len(self._buckets) > self.clients:
+            self._buckets.popitem(last=False)  # a client unseen the longest starts afresh
+        return admitted
