@@ -1,13 +1,11 @@
 """Request/reply with one scheduler process's request socket (ZMQ DEALER, bounded waits).
 
 What comes back is untrusted (another process may answer on the port): replies are bounded in
-size (`MAX_MESSAGE_BYTES`, ZMQ cuts a bigger one off), only snapshots and histories may be big,
+size (`untrusted.max_message_bytes`, ZMQ cuts a bigger one off), only snapshots and histories may be big,
 decoding failures of any kind are EngineRefused, and a reason is shown on one short line.
 """
 
 from __future__ import annotations
-
-import os
 
 import msgspec
 import zmq
@@ -16,11 +14,7 @@ from .auth import missing_key_hint, secure_client, server_key_for
 from .errors import McinspectError, one_line
 from .schema import SCHEMA_VERSION, ErrorReply, Reply, Request, decode_reply
 from .target import Target, allow_ipv6
-from .untrusted import DECODE_FAILURES, MAX_DEPTH
-
-MAX_MESSAGE_ENV = "MCINSPECT_MAX_MESSAGE_MB"
-MAX_MESSAGE_BYTES = int(float(os.environ.get(MAX_MESSAGE_ENV, "1024")) * (1 << 20))
-"""Largest reply or stream message a client takes (a 1M-node snapshot is ~0.2 GB)."""
+from .untrusted import DECODE_FAILURES, MAX_DEPTH, max_message_bytes
 MAX_SMALL_REPLY_BYTES = 1 << 20
 """Replies other than snapshots and histories are a few KB: larger is not a real engine."""
 _BIG_REPLIES = (b"Snapshot", b"History")
@@ -38,7 +32,7 @@ def client_socket(context: zmq.Context, kind: int, host: str, port: int, token: 
     """A socket to host:port with the bounds and the CURVE key every client socket has."""
     socket = context.socket(kind)
     socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes())
     allow_ipv6(socket, host)
     secure_client(socket, server_key_for(host, port, token))
     return socket

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
+from .errors import McinspectError
 from .client import EngineRefused, EngineUnreachable, Requester, client_socket, unreachable_reason
 from .frame_history import FrameEvicted, FrameHistory, delta_towards  # noqa: F401  (FrameEvicted: what state_at raises)
 from .schema import (
@@ -58,7 +59,7 @@ _MAX_DRAIN = 10_000
 """Stream messages read per drain, so one poll stays bounded on a fire hose."""
 
 
-class SessionError(Exception):
+class SessionError(McinspectError):
     """The session was used the wrong way (not connected, or from a thread that does not own it)."""
 
 

@@ -10,6 +10,7 @@ DecodeError: `decode` turns it, and every other failure, into the caller's error
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,6 +23,19 @@ T = TypeVar("T")
 MAX_DEPTH = 32
 """Deepest nesting a message may have; the schema's deepest is 6 (Snapshot > state > nodes >
 record > kv_runs > run)."""
+
+MAX_MESSAGE_ENV = "MCINSPECT_MAX_MESSAGE_MB"
+DEFAULT_MAX_MESSAGE_MB = 512
+
+
+def max_message_bytes() -> int:
+    """Largest message a client takes from the wire or a recording frame (a 1M-node snapshot
+    is ~0.2 GB); MCINSPECT_MAX_MESSAGE_MB raises it."""
+    try:
+        return int(float(os.environ.get(MAX_MESSAGE_ENV, DEFAULT_MAX_MESSAGE_MB)) * (1 << 20))
+    except ValueError:
+        return DEFAULT_MAX_MESSAGE_MB << 20
+
 
 DECODE_FAILURES: tuple[type[BaseException], ...] = (
     msgspec.DecodeError,  # ValidationError included

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mcinspect.errors import McinspectError
+
 import logging
 import os
 import socket
@@ -18,11 +20,11 @@ TREE_CORES = ("python", "rust")
 """`--mamba-radix-cache-strategy` values the embedded engine accepts."""
 
 
-class EngineStartError(Exception):
+class EngineStartError(McinspectError):
     """The embedded engine could not start; the message says why in one line."""
 
 
-class EngineDied(Exception):
+class EngineDied(McinspectError):
     """An engine process failed; sglang's log above holds its traceback."""
 
 

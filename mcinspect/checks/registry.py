@@ -19,6 +19,8 @@ what data it needs, and what it cannot see with the data the schema carries.
 
 from __future__ import annotations
 
+from ..errors import McinspectError
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -40,7 +42,7 @@ changed); events: the step's events and the slot ledger folded from earlier step
 fingerprints: `CacheState.contents`; engine-info: `EngineInfo` (strategy, overlap)."""
 
 
-class UnknownCheck(KeyError):
+class UnknownCheck(McinspectError, LookupError):
     """A check name that is not in the registry."""
 
 
