@@ -14,7 +14,7 @@ from .auth import missing_key_hint, secure_client, server_key_for
 from .errors import McinspectError, one_line
 from .schema import SCHEMA_VERSION, ErrorReply, Reply, Request, decode_reply
 from .target import Target, allow_ipv6
-from .untrusted import DECODE_FAILURES, MAX_DEPTH, max_message_bytes
+from .untrusted import DECODE_FAILURES, max_message_bytes
 MAX_SMALL_REPLY_BYTES = 1 << 20
 """Replies other than snapshots and histories are a few KB: larger is not a real engine."""
 _BIG_REPLIES = (b"Snapshot", b"History")
@@ -103,7 +103,7 @@ def check_reply(target: Target, payload: bytes) -> Reply:
             raise EngineRefused(f"{where} sent a {len(payload):,}-byte reply that is no snapshot: not an mcinspect engine?")
         reply = decode_reply(payload)
     except RecursionError:
-        raise EngineRefused(f"unreadable reply from {where}: nested deeper than {MAX_DEPTH} levels") from None
+        raise EngineRefused(f"unreadable reply from {where}: nested too deeply to decode") from None
     except DECODE_FAILURES as exc:
         raise EngineRefused(f"unreadable reply from {where} (another mcinspect version?): {one_line(exc)}") from None
     if isinstance(reply, ErrorReply):

@@ -57,7 +57,7 @@ def decode(decoder: Any, payload: bytes, error: Callable[[str], Exception]) -> A
     try:
         return decoder.decode(payload)
     except RecursionError:
-        raise error(f"nested deeper than the interpreter allows (limit {MAX_DEPTH})") from None
+        raise error("nested too deeply to decode") from None
     except DECODE_FAILURES as exc:
         raise error(one_line(exc)) from None
 

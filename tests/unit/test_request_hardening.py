@@ -244,5 +244,5 @@ def test_clients_refuse_what_no_engine_sends() -> None:
         check_reply(target, long_error)
     assert len(str(refused.value)) <= 300 and "\n" not in str(refused.value)
     deep = b"\x82" + encoder.encode("reason") + b"\x91" * 100_000 + b"\x00" + encoder.encode("type") + encoder.encode("ErrorReply")
-    with pytest.raises(EngineRefused, match="nested deeper"):
+    with pytest.raises(EngineRefused, match="nested too deeply"):
         check_reply(target, deep)
