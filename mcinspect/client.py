@@ -15,6 +15,7 @@ from .errors import McinspectError, one_line
 from .schema import SCHEMA_VERSION, ErrorReply, Reply, Request, decode_reply
 from .target import Target, allow_ipv6
 from .untrusted import DECODE_FAILURES, max_message_bytes
+
 MAX_SMALL_REPLY_BYTES = 1 << 20
 """Replies other than snapshots and histories are a few KB: larger is not a real engine."""
 _BIG_REPLIES = (b"Snapshot", b"History")

@@ -26,7 +26,7 @@ class Indexed(Protocol):
     def index(self) -> int: ...
 
 
-I = TypeVar("I", bound=Indexed)
+InfoT = TypeVar("InfoT", bound=Indexed)
 
 
 class FrameEvicted(LookupError):
@@ -34,24 +34,24 @@ class FrameEvicted(LookupError):
 
 
 @dataclass
-class _Entry(Generic[I]):
-    info: I
+class _Entry(Generic[InfoT]):
+    info: InfoT
     delta: Delta | None
     """How to get here from the previous entry; None where `keyframe` holds the whole state."""
     keyframe: CacheState | None
 
 
-class FrameHistory(Generic[I]):
+class FrameHistory(Generic[InfoT]):
     """Bounded frames with periodic keyframes (see the module docstring); the Session's window,
     and a whole recording in the TUI's replay source."""
 
     def __init__(self, size: int, keyframe_every: int) -> None:
-        self.entries: deque[_Entry[I]] = deque()
+        self.entries: deque[_Entry[InfoT]] = deque()
         self._size = size
         self._keyframe_every = keyframe_every
         self._since_keyframe = 0
 
-    def append(self, info: I, delta: Delta | None, live: CacheState) -> None:
+    def append(self, info: InfoT, delta: Delta | None, live: CacheState) -> None:
         """Record the frame whose state is `live`; `delta` None forces a keyframe."""
         if len(self.entries) >= self._size:
             self._evict_oldest()

@@ -34,7 +34,9 @@ class Replay:
             if self.state is None:
                 raise ReplayError(f"{self._name}: frame {index} is a Delta with no Snapshot before it")
             if self.last_seq is not None and frame.seq != self.last_seq + 1:
-                self._warn(f"{self._name}: seq jumps from {self.last_seq} to {frame.seq} at frame {index}: states after it may miss changes")
+                self._warn(
+                    f"{self._name}: seq jumps from {self.last_seq} to {frame.seq} at frame {index}: states after it may miss changes"
+                )
             apply_delta(self.state, frame)
         self.last_seq = frame.seq
         return self.state

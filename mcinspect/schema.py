@@ -429,9 +429,7 @@ class ErrorReply(_Message):
 
 Reply = EngineInfo | Snapshot | History | Stats | ErrorReply
 
-request_decoder = msgspec.msgpack.Decoder(Request)
 reply_decoder = msgspec.msgpack.Decoder(Reply)
-delta_decoder = msgspec.msgpack.Decoder(Delta)
 encoder = msgspec.msgpack.Encoder()
 # Records are gc=False: they only hold ints, strings and lists of them, so they can never be
 # part of a reference cycle, and a million tracked records make the collector dominate decoding.
@@ -476,17 +474,6 @@ def copy_state(state: CacheState) -> CacheState:
     only the dicts it edits in place are copied (all of them, whatever fields the schema grows)."""
     fields = msgspec.structs.asdict(state)
     return CacheState(**{name: dict(value) if isinstance(value, dict) else value for name, value in fields.items()})
-
-
-def to_runs(indices: list[int]) -> Runs:
-    """[3, 4, 5, 9] -> [(3, 3), (9, 1)]."""
-    runs: Runs = []
-    for index in indices:
-        if runs and runs[-1][0] + runs[-1][1] == index:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((index, 1))
-    return runs
 
 
 def from_runs(runs: Runs) -> list[int]:

@@ -1,7 +1,8 @@
 """A live view of one scheduler process: snapshot + deltas -> the latest state and its history.
 
-Sync protocol (the pitfalls it avoids are in STYLE.md, "Wire"): handshake (Hello ->
-EngineInfo), subscribe to the stream FIRST, then take a snapshot while buffering live deltas;
+Sync protocol (it avoids the known pitfalls of KV-event streams: silent gaps, a replay applied
+after newer live events): handshake (Hello -> EngineInfo), subscribe to the stream FIRST, then
+take a snapshot while buffering live deltas;
 apply only deltas with seq > snapshot.seq, in seq order. A seq that is not last + 1 is a gap:
 fetch the missing deltas from the engine's history ring (GetHistory), or when the ring no longer
 holds them, resync from a new snapshot, buffering live deltas meanwhile. If the engine stops
@@ -26,8 +27,8 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from .errors import McinspectError
 from .client import EngineRefused, EngineUnreachable, Requester, client_socket, unreachable_reason
+from .errors import McinspectError
 from .frame_history import FrameEvicted, FrameHistory, delta_towards  # noqa: F401  (FrameEvicted: what state_at raises)
 from .schema import (
     EVERY_STEP_TOPIC,

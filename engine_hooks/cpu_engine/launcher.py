@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from mcinspect.errors import McinspectError
-
 import logging
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any
+
+from mcinspect.errors import McinspectError
 
 from ..config import PORT_ENV, ConfigError, HooksConfig
 from . import patches

@@ -56,8 +56,14 @@ class ViolationGroups:
             index = self._index[cause] = len(self.groups)
             self.groups.append(
                 ViolationGroup(
-                    check=violation.check, first_step=violation.step, last_step=violation.step, repeats=1,
-                    reason=violation.reason, nodes=list(violation.nodes), slots=list(violation.slots), rids=list(violation.rids),
+                    check=violation.check,
+                    first_step=violation.step,
+                    last_step=violation.step,
+                    repeats=1,
+                    reason=violation.reason,
+                    nodes=list(violation.nodes),
+                    slots=list(violation.slots),
+                    rids=list(violation.rids),
                 )  # fmt: skip
             )
             return index

@@ -19,12 +19,11 @@ what data it needs, and what it cannot see with the data the schema carries.
 
 from __future__ import annotations
 
-from ..errors import McinspectError
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import McinspectError
 from .content import CONTENT, check_content
 from .cow_copy import COW_COPY, check_cow_copy
 from .depth import DEPTH, check_depth
@@ -52,7 +51,7 @@ class CheckSpec:
 
     name: str
     invariant: str
-    """Its number in reference/sglang-mamba-cache.md ("1".."9", "T1")."""
+    """Its number among the mamba cache invariants (`mcinspect checks` lists them: "1".."9", "T1")."""
     description: str
     targets: tuple[str, ...]
     """Upstream bug classes (sgl-project/sglang issue or PR numbers) it is meant to catch."""

@@ -208,7 +208,7 @@ class _Writer:
         reasons = self.marks.nodes.get(node, [])
         classes = node_classes(record, bool(reasons)) + (["focus"] if node == self.centre else [])
         page_size = self.state.kv.page_size
-        cells = [f'<TD ALIGN="LEFT">{text.html(text.node_label(record, page_size))}</TD>']
+        cells = [f'<TD ALIGN="LEFT">{text.html(text.node_box_label(record, page_size))}</TD>']
         if record.mamba_slot != -1:
             slot = record.mamba_slot
             claims = self.state.slots.get(slot, [])

@@ -1,6 +1,6 @@
 """Violations as the inspector lists them, and the one place that drives mcinspect.checks.
 
-The checks are pure functions over a chain of `checks.StepView`s (DESIGN.md, "Checks"); the
+The checks are pure functions over a chain of `checks.StepView`s (mcinspect/checks); the
 app feeds them frame by frame off the UI thread through a `Checker`, which wraps the one
 check driver (check_driver.py) that `mcinspect check` uses too.
 """

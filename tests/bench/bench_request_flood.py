@@ -34,8 +34,10 @@ from engine_runs import MCINSPECT, free_port_pair  # noqa: E402  (tests/support)
 
 FLOODER = textwrap.dedent(
     """
-    import json, sys, time, zmq
+    import json, os, signal, sys, time, zmq
     from mcinspect.client import client_socket
+    os.nice(19)  # the flood's own CPU is not the inspector's cost: it gets what the engine leaves
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     from mcinspect.schema import SCHEMA_VERSION, ErrorReply, GetSnapshot, Hello, decode_reply, encoder
     port, clients, decoy, seconds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "decoy", float(sys.argv[4])
     context = zmq.Context.instance()
@@ -70,23 +72,25 @@ FLOODER = textwrap.dedent(
     in_flight = {s: 0 for s in sockets}
     counts = {"sent": 0, "snapshots": 0, "refused": 0}
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for s in sockets:
-            while in_flight[s] < 8:
-                s.send(ask)
-                in_flight[s] += 1
-                counts["sent"] += 1
-        for s, _ in poller.poll(50):
-            if decoy and s is server:
-                while server.poll(0):
-                    identity, _ = server.recv_multipart()
-                    server.send_multipart([identity, reply])
-                continue
-            while s.poll(0):
-                answer = decode_reply(s.recv())
-                in_flight[s] -= 1
-                counts["refused" if isinstance(answer, ErrorReply) else "snapshots"] += 1
-    print(json.dumps(counts))
+    try:
+        while time.monotonic() < deadline:
+            for s in sockets:
+                while in_flight[s] < 8:
+                    s.send(ask)
+                    in_flight[s] += 1
+                    counts["sent"] += 1
+            for s, _ in poller.poll(50):
+                if decoy and s is server:
+                    while server.poll(0):
+                        identity, _ = server.recv_multipart()
+                        server.send_multipart([identity, reply])
+                    continue
+                while s.poll(0):
+                    answer = decode_reply(s.recv())
+                    in_flight[s] -= 1
+                    counts["refused" if isinstance(answer, ErrorReply) else "snapshots"] += 1
+    finally:
+        print(json.dumps(counts), flush=True)
     """
 )
 
@@ -128,7 +132,10 @@ def main() -> None:
         for variant in variants:
             began = time.monotonic()
             runs[variant].append(result := run(variant, args.requests))
-            print(f"round {round_ + 1}: {variant:<16} {result.tokens_per_s:7.1f} generated tok/s  ({time.monotonic() - began:.0f} s) {result.flood or ''}", flush=True)
+            print(
+                f"round {round_ + 1}: {variant:<16} {result.tokens_per_s:7.1f} generated tok/s  ({time.monotonic() - began:.0f} s) {result.flood or ''}",
+                flush=True,
+            )
     base = statistics.median(r.tokens_per_s for r in runs["no flood"])
     decoy = statistics.median(r.tokens_per_s for r in runs["decoy flood"])
     print(f"\nmedian of {args.rounds} rounds, {args.requests} requests each")

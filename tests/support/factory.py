@@ -26,7 +26,9 @@ from mcinspect.schema import (
 )
 
 
-def engine_info(port: int = 7777, *, pid: int = 1, tree_core: str = "UnifiedTreeCore", full_tree_detail: bool = True, mamba_pool_size: int = 8) -> EngineInfo:
+def engine_info(
+    port: int = 7777, *, pid: int = 1, tree_core: str = "UnifiedTreeCore", full_tree_detail: bool = True, mamba_pool_size: int = 8
+) -> EngineInfo:
     """An EngineInfo of the embedded engine's shape answering on `port` (stream on port + 1)."""
     return EngineInfo(
         schema_version=SCHEMA_VERSION, sglang_version="0.5.23", model_path="tiny-qwen3-next", strategy="extra_buffer",
@@ -36,7 +38,15 @@ def engine_info(port: int = 7777, *, pid: int = 1, tree_core: str = "UnifiedTree
 
 
 def node(
-    node_id: int, parent: int, depth: int, key_len: int = 16, *, slot: int = -1, lock: int = 0, key_hash: int | None = None, tokens: Sequence[int] | None = None
+    node_id: int,
+    parent: int,
+    depth: int,
+    key_len: int = 16,
+    *,
+    slot: int = -1,
+    lock: int = 0,
+    key_hash: int | None = None,
+    tokens: Sequence[int] | None = None,
 ) -> NodeRecord:
     """A tree node; its tokens are 0..key_len-1 unless given, its KV the run at `depth`."""
     token_ids = list(tokens) if tokens is not None else list(range(key_len))
@@ -52,7 +62,9 @@ def free_slots(*slots: int) -> dict[SlotId, list[SlotClaim]]:
     return {SlotId(s): [SlotClaim(slot=SlotId(s), kind="free")] for s in slots}
 
 
-def state(step: int = 0, *, nodes: Sequence[NodeRecord] = (), slots: dict[SlotId, list[SlotClaim]] | None = None, kv_size: int = 4096) -> CacheState:
+def state(
+    step: int = 0, *, nodes: Sequence[NodeRecord] = (), slots: dict[SlotId, list[SlotClaim]] | None = None, kv_size: int = 4096
+) -> CacheState:
     """A cache state holding `nodes` and `slots`, every KV token free."""
     return CacheState(
         step=Step(step), nodes={n.id: n for n in nodes}, slots=slots or {}, requests={},
@@ -65,7 +77,9 @@ def snapshot(seq: int = 0, cache: CacheState | None = None, counters: Counters |
     return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=cache, counters=counters or Counters(published=seq))
 
 
-def delta(seq: int, step: int | None = None, *, nodes: Sequence[NodeRecord] = (), events: Sequence[Event] = (), counters: Counters | None = None) -> Delta:
+def delta(
+    seq: int, step: int | None = None, *, nodes: Sequence[NodeRecord] = (), events: Sequence[Event] = (), counters: Counters | None = None
+) -> Delta:
     """A delta that upserts `nodes` (nothing else changes)."""
     return Delta(
         schema_version=SCHEMA_VERSION, seq=Seq(seq), step=Step(seq if step is None else step), upsert_nodes=list(nodes),

@@ -5,13 +5,11 @@ recording's states here, independently of the panels."""
 from __future__ import annotations
 
 import msgspec
-from facts import ancestors, first_double_claim, pages, states
-from helpers import pilot_until, run_async, settle
 from rich.segment import Segment
 from snapshot_apps.replay_app import load, make_app
 from textual.geometry import Region
 
-from mcinspect.schema import CacheState, InsertEvent, NodeId, Rid, SlotClaim, Snapshot, SlotId
+from mcinspect.schema import CacheState, InsertEvent, NodeId, Rid, SlotClaim, SlotId, Snapshot
 from mcinspect.tui import InspectorApp, StaticSource
 from mcinspect.tui.app import Selection
 from mcinspect.tui.grids import PageMap, SlotMap
@@ -21,6 +19,9 @@ from mcinspect.tui.palette import SLOT_STYLES, VIOLATION_STYLE
 from mcinspect.tui.requests_table import RequestsTable
 from mcinspect.tui.screens import HelpScreen
 from mcinspect.tui.tree_view import RadixTreeView
+
+from facts import ancestors, first_double_claim, pages, states
+from helpers import pilot_until, run_async, settle
 
 SIZE = (120, 36)
 FAULT = load("fault")
@@ -78,7 +79,7 @@ async def test_mcinspect_checks_find_the_slot_claimed_twice() -> None:
     app = make_app(real_checks=True)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        violations = app.ledger.violations()
+        violations = app.findings.violations()
         assert min(v.frame for v in violations) == frame
         assert any(v.frame == frame and v.check == "slot-partition" and slot in v.violation.slots for v in violations)
 
@@ -212,7 +213,7 @@ async def test_next_violation_jumps_to_its_step_node_and_slot() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        first, second = app.ledger.violations()[:2]
+        first, second = app.findings.violations()[:2]
         assert (first.frame, first.slot) == (frame, slot)
         await go_to_step(pilot, 0)
         await pilot.press("v")
@@ -232,7 +233,7 @@ async def test_enter_on_a_violation_jumps() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        second = app.ledger.violations()[1]
+        second = app.findings.violations()[1]
         await pilot.press("5", "down", "enter")
         await settle(pilot)
         assert app.view.frame == second.frame and app.selection == Selection("slot", second.slot)

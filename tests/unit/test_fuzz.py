@@ -19,7 +19,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from factory import delta, engine_info, node, snapshot, state
 from sglang.srt.mem_cache.allocator.mamba import MambaSlotAllocator
 
 from mcinspect.client import EngineRefused, check_reply
@@ -33,6 +32,8 @@ from mcinspect_engine_hooks.publisher import HistoryWindow
 from mcinspect_engine_hooks.request_budget import ClientRates
 from mcinspect_engine_hooks.server import RequestServer
 from mcinspect_engine_hooks.stats import StatsCollector
+
+from factory import delta, engine_info, node, snapshot, state
 
 CASES = int(os.environ.get("MCINSPECT_FUZZ_CASES", "3000"))
 SEED = 14
@@ -237,7 +238,7 @@ def test_fuzz_recordings(tmp_path: Path, compress: bool, capsys: pytest.CaptureF
         elif mode == 3:
             data[at:at] = rng.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff"])  # a huge length
         else:
-            data = bytearray(original[:len(MAGIC)] + payload)  # a foreign header
+            data = bytearray(original[: len(MAGIC)] + payload)  # a foreign header
         path.write_bytes(bytes(data))
         try:
             reader = RecordingReader(path, on_warning=lambda message: None)

@@ -14,7 +14,6 @@ from pathlib import Path
 import msgspec
 import pytest
 import zmq
-from factory import delta, engine_info, node, snapshot, state
 from typer.testing import CliRunner
 
 from mcinspect.cli import app
@@ -22,6 +21,8 @@ from mcinspect.recording import FORMAT, MAGIC, RecordingHeader, RecordingWriter
 from mcinspect.schema import SCHEMA_VERSION, ErrorReply, Hello, SlotClaim, SlotId
 from mcinspect.target import Target
 from mcinspect_engine_hooks.server import RequestServer
+
+from factory import delta, engine_info, node, snapshot, state
 
 runner = CliRunner()
 MIB = 1 << 20
@@ -46,17 +47,27 @@ def _zstd_rle(prefix: bytes, zeros: int) -> bytes:
     return b"".join(out)
 
 
+_MEASURED = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = child.stderr.read()
+_, status, usage = os.wait4(child.pid, 0)
+sys.stderr.buffer.write(err)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss // 1024)
+"""
+"""Runs a command and prints its exit code and peak RSS in MB. A child's peak RSS counts what it
+shared with its parent when it was spawned: measured from this small process, not from pytest."""
+
+
 def _check_rss(path: Path, env: dict[str, str] | None = None) -> tuple[int, str, int]:
     """Exit code, stderr and peak RSS in MB of `mcinspect check path` in its own process."""
     script = "import sys; from mcinspect.cli import app; sys.argv = ['mcinspect', 'check', sys.argv[1]]; app()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
-    )
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, usage.ru_maxrss // 1024
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURED, sys.executable, "-c", script, str(path)],
+        capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120,
+    )  # fmt: skip
+    code, rss_mb = map(int, result.stdout.split())
+    return code, result.stderr, rss_mb
 
 
 @pytest.mark.parametrize("expands_to", [1 * GIB, 4 * GIB, 16 * GIB])
@@ -140,7 +151,12 @@ def _truncated(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "args",
-    [["check", "{p}"], ["render", "{p}", "-o", "{d}/t.svg", "--format", "dot"], ["diff", "{p}", "--from", "0", "--to", "0"], ["snapshot", "{p}", "--format", "tree"]],
+    [
+        ["check", "{p}"],
+        ["render", "{p}", "-o", "{d}/t.svg", "--format", "dot"],
+        ["diff", "{p}", "--from", "0", "--to", "0"],
+        ["snapshot", "{p}", "--format", "tree"],
+    ],
 )
 def test_every_command_shows_a_truncation_warning(tmp_path: Path, args: list[str]) -> None:
     path = _truncated(tmp_path)
@@ -158,7 +174,9 @@ def test_the_tuis_refuse_a_pipe(tmp_path: Path, command: list[str]) -> None:
 
 def test_check_text_is_linear_at_100k_violations(tmp_path: Path) -> None:
     """100k slot-partition violations (100k slots owned twice) in one snapshot: grouped, printed fast."""
-    slots = {SlotId(s): [SlotClaim(slot=SlotId(s), kind="free"), SlotClaim(slot=SlotId(s), kind="working", rid="r")] for s in range(1, 100_001)}
+    slots = {
+        SlotId(s): [SlotClaim(slot=SlotId(s), kind="free"), SlotClaim(slot=SlotId(s), kind="working", rid="r")] for s in range(1, 100_001)
+    }
     path = tmp_path / "many.json"
     path.write_bytes(msgspec.json.encode(snapshot(0, state(0, slots=slots))))
     began = time.monotonic()
@@ -232,7 +250,14 @@ class _Hostile:
 @pytest.mark.parametrize(
     "reply, expected",
     [
-        (b"\x82" + msgspec.msgpack.encode("reason") + _nested(100_000) + msgspec.msgpack.encode("type") + msgspec.msgpack.encode("ErrorReply"), "nested too deeply"),
+        (
+            b"\x82"
+            + msgspec.msgpack.encode("reason")
+            + _nested(100_000)
+            + msgspec.msgpack.encode("type")
+            + msgspec.msgpack.encode("ErrorReply"),
+            "nested too deeply",
+        ),
         (msgspec.msgpack.encode(ErrorReply(schema_version=SCHEMA_VERSION, reason="z" * (8 * MIB))), "no snapshot"),
         (b"\xc1garbage", "unreadable reply"),
     ],
