@@ -230,6 +230,7 @@ class Inspector:
             self_check_failures=check.failures if check else 0,
             self_check_first_failure=check.first_failure if check else "",
             hook_seconds=self.errors.seconds,
+            request_seconds=self.server.busy_seconds,
         )
 
 

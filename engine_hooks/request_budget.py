@@ -3,9 +3,10 @@
 The request thread shares the GIL with the scheduler: while it decodes, copies or encodes, the
 scheduler waits. Two bounds keep that small whoever asks and however often:
 
-- `TimeShare`: the thread's busy time stays within `share` of the wall time. After a request
-  that took t seconds it reads the next one only t / share later (at most `max_wait_s`, so a
-  huge snapshot does not starve every client's heartbeat). Requests wait meanwhile in ZMQ's
+- `TimeShare`: the thread's busy time (its CPU time, what holds the GIL; waiting for a capture
+  holds nothing) stays within `share` of the wall time. After a request that kept it busy t
+  seconds it reads the next one only t / share later (at most `max_wait_s`, so a huge snapshot
+  does not starve every client's heartbeat). Requests wait meanwhile in ZMQ's
   bounded queues, which ROUTER serves round robin: a flooding client delays its own requests,
   and others by at most one of its requests per turn.
 - `ClientRates`: a token bucket per client (ZMQ routing id); a request past it is refused at
@@ -21,7 +22,7 @@ DEFAULT_SHARE = 0.02
 
 
 class TimeShare:
-    """Busy time of one thread held to a share of the wall time (times from perf_counter)."""
+    """Busy time of one thread held to a share of the wall time (wall times from perf_counter)."""
 
     def __init__(self, share: float = DEFAULT_SHARE, max_wait_s: float = 1.0) -> None:
         self.share = share
@@ -32,10 +33,9 @@ class TimeShare:
         """How long to wait before serving the next request."""
         return max(0.0, self._ready_at - now)
 
-    def spent(self, began: float, ended: float) -> None:
-        """A request was served from `began` to `ended`."""
-        busy = ended - began
-        self._ready_at = ended + min(busy * (1 / self.share - 1), self.max_wait_s)
+    def spent(self, busy: float, now: float) -> None:
+        """A request kept the thread busy `busy` seconds, ending at `now`."""
+        self._ready_at = now + min(busy * (1 / self.share - 1), self.max_wait_s)
 
 
 class ClientRates:

@@ -114,6 +114,8 @@ class RequestServer:
         """Requests whose answer failed inside mcinspect, and failures of the loop (bugs, logged)."""
         self.restarts = 0
         """Times `ensure_serving` found the thread dead and started another."""
+        self.busy_seconds = 0.0
+        """CPU time the server thread spent on requests (it holds the GIL meanwhile)."""
         self._handlers: dict[type, Callable[[Any], Answer]] = {
             Hello: lambda request: self.info,
             GetSnapshot: self._answer_snapshot,
@@ -186,7 +188,7 @@ class RequestServer:
             return
         if not self._socket.poll(_POLL_MS):
             return
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.thread_time()
         identity, payload = self._receive()
         if not self._rates.admit(identity, began):
             self.rejected += 1
@@ -202,7 +204,9 @@ class RequestServer:
             self._socket.send_multipart([identity, reply], flags=zmq.NOBLOCK, copy=len(reply) < 65536)
         except zmq.Again:
             pass  # that peer's queue is full: it will time out and retry
-        self._time_share.spent(began, time.perf_counter())
+        busy = time.thread_time() - began_cpu
+        self.busy_seconds += busy
+        self._time_share.spent(busy, time.perf_counter())
 
     def _encode(self, reply: Reply) -> bytes:
         try:

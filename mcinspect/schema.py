@@ -418,6 +418,8 @@ class Stats(_Message):
     hook_seconds: float = 0.0
     """Time the scheduler thread spent inside mcinspect's hooks, captures included; not the
     set-up at engine start (importing mcinspect, the first full capture, binding the ports)."""
+    request_seconds: float = 0.0
+    """CPU time the request thread spent answering (it holds the GIL the scheduler needs)."""
 
 
 class ErrorReply(_Message):
