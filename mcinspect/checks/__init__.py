@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import McinspectError
-from .grouping import ViolationGroup, ViolationGroups, group_violations
+from .grouping import ViolationGroup, ViolationGroups, cause_of, group_violations
 from .history import StepView, views
 from .registry import CHECKS, NOT_CHECKED, CheckSpec, UnknownCheck
 from .violation import Violation
@@ -36,6 +36,7 @@ __all__ = [
     "Violation",
     "ViolationGroup",
     "ViolationGroups",
+    "cause_of",
     "check_step",
     "group_violations",
     "run_checks",

@@ -240,6 +240,34 @@ async def test_enter_on_a_violation_jumps() -> None:
 
 
 @run_async
+async def test_violations_are_grouped_by_cause_and_a_group_expands() -> None:
+    from mcinspect.checks import group_violations
+    from mcinspect.tui.violations_table import ViolationsTable
+
+    app = make_app(real_checks=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        found = app.findings.violations()
+        groups = group_violations([v.violation for v in found])
+        await pilot.press("5")
+        await settle(pilot)
+        table = app.query_one(ViolationsTable)
+        assert table.row_count == len(groups) < len(found)  # 20 groups of the 72 violations
+        assert groups[0].repeats > 1
+        await pilot.press("space")  # the first group: its occurrences below it
+        await settle(pilot)
+        assert table.row_count == len(groups) + groups[0].repeats
+        later = [v for v in found if v.violation.slots == found[0].violation.slots and v.violation.nodes == found[0].violation.nodes][-1]
+        await pilot.press(*["down"] * groups[0].repeats, "enter")  # its last occurrence
+        await settle(pilot)
+        assert app.view.frame == later.frame
+        table.focus()
+        await pilot.press("home", "space")
+        await settle(pilot)
+        assert table.row_count == len(groups)
+
+
+@run_async
 async def test_search_by_token_ids_reveals_the_node() -> None:
     state = STATES[-1]
     deepest = max(state.nodes.values(), key=lambda node: (node.depth, node.id))
