@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import os
 import signal
 import sys
@@ -35,8 +36,14 @@ class Terminated(BaseException):
     of a library swallows it)."""
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
+def _stopping(signum: int, frame: object) -> None:
+    """Ctrl-C or SIGTERM: stop. From now on this process is shutting down: a second signal, or
+    sglang's SIGQUIT as its children die meanwhile, must not break off the cleanup (the engine's
+    processes, a recording's end mark), and sglang's complaints about them are noise."""
+    for other in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(other, signal.SIG_IGN)
+    logging.getLogger("sglang").setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
 
 
 class McinspectGroup(TyperGroup):
@@ -106,7 +113,8 @@ def main() -> None:
     Start with `mcinspect demo --headless`: the real SGLang engine on this CPU with a tiny
     Qwen3-Next, driven by a workload that hits, extends and evicts the cache.
     """
-    signal.signal(signal.SIGTERM, _terminate)  # a plain kill stops any command cleanly, like Ctrl-C
+    for signum in STOPPED:  # a plain kill stops any command cleanly, like Ctrl-C
+        signal.signal(signum, _stopping)
 
 
 @app.command()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,8 +148,11 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     from sglang.srt.utils import kill_process_tree
 
     logging.getLogger("sglang.srt.entrypoints.engine").addFilter(_DropSigquitNotice())
+    ours = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return sglang.Engine(**engine_kwargs(config, str(model_path)))
+        engine = sglang.Engine(**engine_kwargs(config, str(model_path)))
+        _keep_signals(engine, ours)
+        return engine
     except BaseException as exc:
         kill_process_tree(os.getpid(), include_parent=False)  # no half-started engine left behind
         if isinstance(exc, (AssertionError, ValueError)):
@@ -155,6 +160,27 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
         if isinstance(exc, RuntimeError):
             raise EngineStartError(f"the engine failed to start: {_first_line(exc)}") from exc
         raise
+
+
+def _keep_signals(engine: Any, ours: dict[int, Any]) -> None:
+    """sglang's tokenizer manager takes SIGTERM and SIGQUIT over in its event loop when it makes
+    the loop, at the first request from the main thread (drain and exit; SIGKILL its own process
+    tree). The caller's handlers stay in charge instead: the CLI stops with one line and shuts
+    the engine down itself, and a failed child still raises EngineDied."""
+    manager = engine.tokenizer_manager
+    make_loop = manager.auto_create_handle_loop
+
+    def make_loop_keeping_signals() -> None:
+        taken = manager.event_loop is None and threading.current_thread() is threading.main_thread()
+        make_loop()
+        if taken:
+            for signum in (signal.SIGTERM, signal.SIGQUIT):
+                manager.event_loop.remove_signal_handler(signum)
+            for signum, handler in ours.items():
+                signal.signal(signum, handler)
+            signal.signal(signal.SIGQUIT, _raise_engine_died)
+
+    manager.auto_create_handle_loop = make_loop_keeping_signals
 
 
 def _first_line(exc: BaseException) -> str:

@@ -146,7 +146,8 @@ def main() -> None:
             began = time.monotonic()
             runs[variant].append(result := run(variant, args.requests))
             print(
-                f"round {round_ + 1}: {variant:<16} {result.tokens_per_s:7.1f} generated tok/s  ({time.monotonic() - began:.0f} s) {result.flood or ''}",
+                f"round {round_ + 1}: {variant:<16} {result.tokens_per_s:7.1f} generated tok/s, hooks {100 * result.hook_share:4.2f}%, "
+                f"requests {100 * result.request_share:4.2f}% of the workload ({time.monotonic() - began:.0f} s) {result.flood or ''}",
                 flush=True,
             )
     base = statistics.median(r.tokens_per_s for r in runs["no flood"])
