@@ -174,13 +174,31 @@ def _keep_signals(engine: Any, ours: dict[int, Any]) -> None:
         taken = manager.event_loop is None and threading.current_thread() is threading.main_thread()
         make_loop()
         if taken:
+            loop = manager.event_loop
             for signum in (signal.SIGTERM, signal.SIGQUIT):
-                manager.event_loop.remove_signal_handler(signum)
+                loop.remove_signal_handler(signum)
             for signum, handler in ours.items():
                 signal.signal(signum, handler)
             signal.signal(signal.SIGQUIT, _raise_engine_died)
+            _wake_on_signals(loop)
 
     manager.auto_create_handle_loop = make_loop_keeping_signals
+
+
+_wakeup: list[socket.socket] = []
+"""The socket pair of `_wake_on_signals` (kept open for the process)."""
+
+
+def _wake_on_signals(loop: Any) -> None:
+    """A Python signal handler runs when the main thread runs Python again: blocked in the
+    loop's select (waiting for the engine's next output) it would wait for ever if the engine
+    died. A signal writes to this socket, which wakes the loop, and the handler runs."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    loop.add_reader(reader.fileno(), lambda: reader.recv(4096))
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    _wakeup[:] = [reader, writer]
 
 
 def _first_line(exc: BaseException) -> str:

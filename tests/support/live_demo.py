@@ -25,7 +25,7 @@ from pathlib import Path
 import zmq
 from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
 
-from mcinspect.client import EngineUnreachable, request
+from mcinspect.client import client_socket, EngineUnreachable, request
 from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, encoder
 from mcinspect.session import Session
 from mcinspect.target import Target
@@ -73,8 +73,8 @@ def _flood(target: Target, count: int) -> int:
         lambda i: encoder.encode({"type": "Hello", "schema_version": "two"}),
         lambda i: encoder.encode({"type": "Reboot", "schema_version": SCHEMA_VERSION}),
     ]
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
+    # A client of the engine's own user (it holds the key): CURVE keeps everyone else out.
+    dealer = client_socket(zmq.Context.instance(), zmq.DEALER, target.host, target.port, "")
     dealer.connect(target.address)
     for i in range(count):
         dealer.send(kinds[i % len(kinds)](i))
