@@ -6,6 +6,9 @@ change is one edit here (tests that need whole trees use record_states.make_stat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import msgspec
 
 from mcinspect.schema import (
     SCHEMA_VERSION,
@@ -39,23 +42,25 @@ def engine_info(
 
 def node(
     node_id: int,
-    parent: int,
-    depth: int,
+    parent: int = -1,
+    depth: int = 0,
     key_len: int = 16,
     *,
     slot: int = -1,
     lock: int = 0,
-    key_hash: int | None = None,
-    tokens: Sequence[int] | None = None,
+    token_ids: Sequence[int] | None = None,
+    **fields: Any,
 ) -> NodeRecord:
-    """A tree node; its tokens are 0..key_len-1 unless given, its KV the run at `depth`."""
-    token_ids = list(tokens) if tokens is not None else list(range(key_len))
-    return NodeRecord(
+    """A tree node: token ids 0..key_len-1 unless given (the first 32 inlined), its KV the run at
+    `depth`, in the LRU and evictable unless locked; `fields` set any other NodeRecord field."""
+    token_ids = list(token_ids) if token_ids is not None else list(range(key_len))
+    record = NodeRecord(
         id=NodeId(node_id), parent=NodeId(parent), depth=depth, key_len=key_len, tokens=pack_tokens(token_ids[:32]),
-        key_hash=node_id if key_hash is None else key_hash, kv_runs=[(depth, key_len)], kv_evicted=False,
-        mamba_slot=SlotId(slot), full_lock=lock, mamba_lock=lock, in_full_lru=True, in_mamba_lru=slot != -1,
-        evictable=not lock, last_access=0.0, hit_count=0, tombstone=False,
+        key_hash=node_id, kv_runs=[(depth, key_len)], kv_evicted=False, mamba_slot=SlotId(slot), full_lock=lock,
+        mamba_lock=lock, in_full_lru=True, in_mamba_lru=slot != -1, evictable=not lock, last_access=0.0, hit_count=0,
+        tombstone=False,
     )  # fmt: skip
+    return msgspec.structs.replace(record, **fields) if fields else record
 
 
 def free_slots(*slots: int) -> dict[SlotId, list[SlotClaim]]:

@@ -17,16 +17,13 @@ from mcinspect.tui.source import NodeChanges
 from mcinspect.tui.tree_index import ROOT_PARENT, build_children, patch_children
 from mcinspect.tui.tree_rows import CHILD_PAGE, build_rows, limit_to_show
 
+import factory
 from facts import first_double_claim, states
 
 
 def _node(node_id: int, parent: int, tokens: list[int] | None = None, runs=None) -> NodeRecord:
     tokens = tokens or [node_id]
-    return NodeRecord(
-        id=NodeId(node_id), parent=NodeId(parent), depth=0, key_len=len(tokens), tokens=pack_tokens(tokens), key_hash=0,
-        kv_runs=runs or [], kv_evicted=False, mamba_slot=SlotId(-1), full_lock=0, mamba_lock=0, in_full_lru=True,
-        in_mamba_lru=False, evictable=True, last_access=0.0, hit_count=0, tombstone=False,
-    )  # fmt: skip
+    return factory.node(node_id, parent, 0, len(tokens), tokens=pack_tokens(tokens), key_hash=0, kv_runs=runs or [])
 
 
 def _state(nodes: list[NodeRecord], free_runs=None, size: int = 64) -> CacheState:
