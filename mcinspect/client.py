@@ -69,8 +69,9 @@ class Requester:
             raise EngineUnreachable(f"cannot send to {self.target.host}:{self.target.port}: its queue is full") from None
 
     def receive(self) -> Reply:
-        """Read and check the waiting reply (call when `socket` is readable)."""
-        return check_reply(self.target, self.socket.recv())
+        """Read and check the waiting reply (call when `socket` is readable); read in place, not
+        copied out of ZMQ's buffer (a snapshot, or a hostile reply, can be hundreds of MB)."""
+        return check_reply(self.target, self.socket.recv(copy=False).buffer)
 
     def reset(self) -> None:
         """Drop the socket (and any late reply on it) and open a fresh one."""
@@ -95,7 +96,7 @@ class _TypeProbe(msgspec.Struct):
 _probe = msgspec.msgpack.Decoder(_TypeProbe)
 
 
-def check_reply(target: Target, payload: bytes) -> Reply:
+def check_reply(target: Target, payload: bytes | memoryview) -> Reply:
     """Decode a reply; an ErrorReply, an unreadable or oversized payload, or another schema
     raise EngineRefused (the reason on one line)."""
     where = f"{target.host}:{target.port}"

@@ -437,7 +437,7 @@ encoder = msgspec.msgpack.Encoder()
 # part of a reference cycle, and a million tracked records make the collector dominate decoding.
 
 
-def decode_reply(payload: bytes) -> Reply:
+def decode_reply(payload: bytes | memoryview) -> Reply:
     """`reply_decoder.decode` with the cyclic GC paused: snapshots allocate millions of
     acyclic objects, and collections triggered mid-decode would triple the time."""
     enabled = gc.isenabled()
