@@ -4,6 +4,7 @@ commands let `McinspectError` rise."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
@@ -36,14 +37,25 @@ class Terminated(BaseException):
     of a library swallows it)."""
 
 
+_stopped_by: list[int] = []
+"""The stop signal received, if any."""
+
+
 def _stopping(signum: int, frame: object) -> None:
     """Ctrl-C or SIGTERM: stop. From now on this process is shutting down: a second signal, or
     sglang's SIGQUIT as its children die meanwhile, must not break off the cleanup (the engine's
     processes, a recording's end mark), and sglang's complaints about them are noise."""
+    _stopped_by.append(signum)
     for other in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         signal.signal(other, signal.SIG_IGN)
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
-    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated from None
+    # Inside an event loop (sglang's engine waiting for output): the loop would swallow the
+    # exception as a failed callback; stopped, it ends the wait, and the command unwinds.
+    loop.stop()
 
 
 class McinspectGroup(TyperGroup):
@@ -52,14 +64,18 @@ class McinspectGroup(TyperGroup):
     def invoke(self, ctx: typer.Context) -> object:
         try:
             return super().invoke(ctx)
-        except McinspectError as exc:
-            fail(str(exc), exc.exit_code)
-        except OSError as exc:  # a file named on the command line
-            fail(f"cannot use {exc.filename}: {exc.strerror}" if exc.filename else str(exc))
-        except KeyboardInterrupt:
-            _stopped(signal.SIGINT)
-        except Terminated:
-            _stopped(signal.SIGTERM)
+        except typer.Exit:
+            raise
+        except BaseException as exc:
+            if _stopped_by:  # whatever the stop broke off on its way out
+                _stopped(_stopped_by[0])
+            if isinstance(exc, McinspectError):
+                fail(str(exc), exc.exit_code)
+            if isinstance(exc, OSError):  # a file named on the command line
+                fail(f"cannot use {exc.filename}: {exc.strerror}" if exc.filename else str(exc))
+            if isinstance(exc, KeyboardInterrupt):
+                _stopped(signal.SIGINT)
+            raise
 
 
 def _stopped(signum: int) -> None:

@@ -149,6 +149,7 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
 
     logging.getLogger("sglang.srt.entrypoints.engine").addFilter(_DropSigquitNotice())
     ours = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    os.environ[patches.LAUNCHER_PID_ENV] = str(os.getpid())  # its children leave stop signals to it
     try:
         engine = sglang.Engine(**engine_kwargs(config, str(model_path)))
         _keep_signals(engine, ours)
