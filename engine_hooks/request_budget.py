@@ -6,7 +6,8 @@ scheduler waits. Two bounds keep that small whoever asks and however often:
 - `TimeShare`: the thread's busy time (its CPU time, what holds the GIL; waiting for a capture
   holds nothing) stays within `share` of the wall time. After a request that kept it busy t
   seconds it reads the next one only t / share later (at most `max_wait_s`, so a huge snapshot
-  does not starve every client's heartbeat). Requests wait meanwhile in ZMQ's
+  does not starve every client's heartbeat), and never sooner than `min_gap_s`: each wake-up
+  takes the GIL from the scheduler, which costs it more than the request's own CPU time. Requests wait meanwhile in ZMQ's
   bounded queues, which ROUTER serves round robin: a flooding client delays its own requests,
   and others by at most one of its requests per turn.
 - `ClientRates`: a token bucket per client (ZMQ routing id); a request past it is refused at
@@ -24,9 +25,10 @@ DEFAULT_SHARE = 0.02
 class TimeShare:
     """Busy time of one thread held to a share of the wall time (wall times from perf_counter)."""
 
-    def __init__(self, share: float = DEFAULT_SHARE, max_wait_s: float = 1.0) -> None:
+    def __init__(self, share: float = DEFAULT_SHARE, max_wait_s: float = 1.0, min_gap_s: float = 0.005) -> None:
         self.share = share
         self.max_wait_s = max_wait_s
+        self.min_gap_s = min_gap_s
         self._ready_at = 0.0
 
     def wait_s(self, now: float) -> float:
@@ -35,13 +37,13 @@ class TimeShare:
 
     def spent(self, busy: float, now: float) -> None:
         """A request kept the thread busy `busy` seconds, ending at `now`."""
-        self._ready_at = now + min(busy * (1 / self.share - 1), self.max_wait_s)
+        self._ready_at = now + max(self.min_gap_s, min(busy * (1 / self.share - 1), self.max_wait_s))
 
 
 class ClientRates:
     """A token bucket per client: `rate` requests a second, bursts of `burst`."""
 
-    def __init__(self, rate: float = 50.0, burst: float = 100.0, clients: int = 1024) -> None:
+    def __init__(self, rate: float = 20.0, burst: float = 40.0, clients: int = 1024) -> None:
         self.rate, self.burst, self.clients = rate, burst, clients
         self._buckets: OrderedDict[bytes, tuple[float, float]] = OrderedDict()
         """client -> (tokens, when counted); the least recently seen first (bounded)."""

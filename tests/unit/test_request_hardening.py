@@ -179,10 +179,12 @@ def test_an_unchanged_snapshot_is_encoded_once(make_server: Callable[..., Reques
 
 
 def test_time_share_bounds_the_busy_time() -> None:
-    share = TimeShare(share=0.02, max_wait_s=1.0)
+    share = TimeShare(share=0.02, max_wait_s=1.0, min_gap_s=0.005)
     share.spent(0.001, 10.001)  # a request that kept the thread busy 1 ms
     assert share.wait_s(10.001) == pytest.approx(0.049)
     assert share.wait_s(10.051) == 0.0
+    share.spent(0.00001, 11.0)  # a cheap one: still at most 200 wake-ups a second
+    assert share.wait_s(11.0) == pytest.approx(0.005)
     share.spent(0.5, 20.5)  # a huge snapshot: waits its cap, not 25 s
     assert share.wait_s(20.5) == pytest.approx(1.0)
 
