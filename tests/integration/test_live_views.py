@@ -128,7 +128,7 @@ def recorded(live: LiveDemo) -> Recorded:
         time.sleep(0.5)
     live.recorder.send_signal(signal.SIGINT)
     _, stderr = live.recorder.communicate(timeout=30)
-    assert live.recorder.returncode == 0, stderr
+    assert live.recorder.returncode == 130 and stderr.strip().splitlines()[-1] == "stopped", stderr  # Ctrl-C's code
     reader = RecordingReader(live.recording)
     frames = list(reader)
     assert not reader.truncated and not reader.warnings, reader.warnings

@@ -78,7 +78,12 @@ def _flood(target: Target, count: int) -> int:
     dealer.connect(target.address)
     for i in range(count):
         dealer.send(kinds[i % len(kinds)](i))
-    time.sleep(1.0)
+    # Every one is answered (a refusal with its reason), at the pace the request thread's time
+    # share allows: the count is only final once the last answer is back.
+    answered, deadline = 0, time.monotonic() + 60
+    while answered < count and dealer.poll(max(1, int(1000 * (deadline - time.monotonic())))):
+        dealer.recv()
+        answered += 1
     dealer.close()
     return count
 
