@@ -15,10 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from engine_runs import MCINSPECT, free_port_pair
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, RECOMPUTE_CHECK
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
+
+from engine_runs import MCINSPECT, free_port_pair
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_runs import MCINSPECT
-from live_demo import LiveDemo, snapshot_of
-from tree_lines import parse_tree
 
 from mcinspect.diff import diff_states
 from mcinspect.recording import Frame, RecordingReader
@@ -23,8 +20,8 @@ from mcinspect.render import DotNotFound, find_dot
 from mcinspect.schema import (
     CacheState,
     Delta,
-    EvictEvent,
     Event,
+    EvictEvent,
     InsertEvent,
     LockEvent,
     NodeId,
@@ -34,6 +31,10 @@ from mcinspect.schema import (
     apply_delta,
     copy_state,
 )
+
+from engine_runs import MCINSPECT
+from live_demo import LiveDemo, snapshot_of
+from tree_lines import parse_tree
 
 pytestmark = pytest.mark.slow
 

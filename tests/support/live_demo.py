@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
-from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
 
-from mcinspect.client import client_socket, EngineUnreachable, request
+from mcinspect.client import EngineUnreachable, client_socket, request
 from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, encoder
 from mcinspect.session import Session
 from mcinspect.target import Target
+
+from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
 
 REQUESTS = 160
 MALFORMED = 1000
