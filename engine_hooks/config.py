@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from mcinspect.auth import curve_available, is_loopback
 
 from .live_cadence import DEFAULT_BUDGET
 
@@ -69,10 +72,9 @@ class HooksConfig:
             port = int(raw_port)
         except ValueError:
             raise ConfigError(f"{PORT_ENV}={raw_port!r} is not a port number") from None
-        host = environ.get(HOST_ENV, LOOPBACK)
+        host = environ.get(HOST_ENV, LOOPBACK).strip("[]")
         token = environ.get(TOKEN_ENV, "")
-        if host not in (LOOPBACK, "localhost", "::1") and not token:
-            raise ConfigError(f"{HOST_ENV}={host} binds beyond loopback; set {TOKEN_ENV} as well")
+        _check_host(host, token)
         capture = environ.get(CAPTURE_ENV, "")
         if capture and capture not in CAPTURE_MODES:
             raise ConfigError(f"{CAPTURE_ENV}={capture!r}: choose one of {', '.join(CAPTURE_MODES)}")
@@ -121,3 +123,19 @@ def _positive(environ: Mapping[str, str], name: str, default: float) -> float:
     if not value > 0:
         raise ConfigError(f"{name}={raw!r}: give a positive number, e.g. {default:g}")
     return value
+
+
+def _check_host(host: str, token: str) -> None:
+    """An address ZMQ can bind (an IP literal or localhost; IPv6 without brackets is fine), and
+    beyond loopback only with a token and CURVE to keep the stream private."""
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(f"{HOST_ENV}={host!r} is not an IP address (e.g. 127.0.0.1, ::1, 0.0.0.0)") from None
+    if is_loopback(host):
+        return
+    if not token:
+        raise ConfigError(f"{HOST_ENV}={host} binds beyond loopback; set {TOKEN_ENV} as well")
+    if not curve_available():
+        raise ConfigError(f"{HOST_ENV}={host} needs ZMQ CURVE to keep the stream private, and this libzmq lacks it")

@@ -19,6 +19,7 @@ budget allows (live_cadence.py). MCINSPECT_CAPTURE=every-step captures every ste
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from mcinspect import auth
 from mcinspect.schema import (
     SCHEMA_VERSION,
     Counters,
@@ -61,6 +63,9 @@ logger = logging.getLogger("mcinspect.engine_hooks")
 SNAPSHOT_WAIT_S = 2.0
 """How long a snapshot request waits for the scheduler to catch up before serving the last
 capture (still consistent with the stream: the next delta carries what it lacks)."""
+SNAPSHOT_CATCH_UP_S = 0.25
+"""Snapshot requests make the scheduler catch up at most this often; in between they get the
+last capture (a flood of requests costs the scheduler at most 4 captures a second)."""
 
 
 class Inspector:
@@ -96,7 +101,10 @@ class Inspector:
         sink.observed = self.every_step  # nobody can have subscribed yet
         self.cadence = LiveCadence(config.live_budget)
         self.stats = StatsCollector(scheduler.req_to_token_pool.mamba_allocator, sink)
-        self.publisher = Publisher(config.host, self.port + 1)
+        self._last_snapshot: Snapshot | None = None
+        self._caught_up_at = float("-inf")
+        keys = self._keys(config)
+        self.publisher = Publisher(config.host, self.port + 1, keys=keys)
         info = msgspec.structs.replace(
             engine_info(
                 scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank
@@ -114,10 +122,26 @@ class Inspector:
             history=self.publisher.history_after,
             stats=self.stats_reply,
             handlers={StartVerify: self._start_verify, GetVerify: self._get_verify},
+            keys=keys,
         )
+        self._publish_key(config, keys)
         self.publisher.start()
         self.server.start()
         extensions.set_step_source(lambda: self._step + 1)
+
+    def _keys(self, config: HooksConfig) -> auth.CurveKeys | None:
+        """CURVE keys of both sockets (mcinspect/auth.py): from the token, else fresh ones."""
+        if not auth.curve_available():
+            logger.warning("mcinspect: this libzmq lacks CURVE: other local users can connect to the inspector")
+            return None
+        return auth.keys_from_token(config.token) if config.token else auth.fresh_keys()
+
+    def _publish_key(self, config: HooksConfig, keys: auth.CurveKeys | None) -> None:
+        """Without a token, leave the public key where this user's clients find it."""
+        if keys is None or config.token:
+            return
+        auth.write_key_file(self.port, keys)
+        atexit.register(auth.remove_key_file, self.port, keys)
 
     def on_step(self, scheduler: Any, batch: Any) -> None:
         """After `process_batch_result`: capture, number and publish this step's delta, or,
@@ -128,6 +152,7 @@ class Inspector:
         self._verify_turn(idle=False)
         if sink.observed or self._step % SAMPLE_EVERY == 0:
             self.stats.sample(scheduler.running_batch.reqs)
+            self.server.ensure_serving()
         if sink.observed:  # planned at the previous boundary: its hooks kept evidence
             step = Step(self._step)
             self._capture(scheduler, batch, step, sink.drain(step))
@@ -216,14 +241,26 @@ class Inspector:
 
     def snapshot(self) -> Snapshot:
         """A consistent full state (request thread): copies the dicts under the lock, encodes
-        outside. Steps went uncaptured: first asks the scheduler to catch up, and waits a little."""
+        outside. Steps went uncaptured: first asks the scheduler to catch up (at most every
+        SNAPSHOT_CATCH_UP_S), and waits a little. Nothing captured since the last snapshot: the
+        same object again (the server sends its encoding again)."""
         target = self._step
-        if self._captured_step < target or self.verifier.has_news():
+        now = time.monotonic()
+        news = self.verifier.has_news()
+        if (self._captured_step < target or news) and (news or now - self._caught_up_at >= SNAPSHOT_CATCH_UP_S):
+            self._caught_up_at = now
             with self._fresh:
                 self._wanted.set()
                 self._fresh.wait_for(
                     lambda: self._captured_step >= target and not self.verifier.has_news(), timeout=SNAPSHOT_WAIT_S
                 )
+        last = self._last_snapshot
+        if last is not None and last.seq == self._seq:
+            return last
+        self._last_snapshot = self._take_snapshot()
+        return self._last_snapshot
+
+    def _take_snapshot(self) -> Snapshot:
         with self._lock:
             state = self.capture.state
             state.contents = self.verifier.overlay(self.contents.current())
@@ -245,6 +282,7 @@ class Inspector:
             self_check_first_failure=check.first_failure if check else "",
             hook_seconds=self.errors.seconds,
             verify=self.verifier.stats(),
+            request_seconds=self.server.busy_seconds,
         )
 
 

@@ -22,7 +22,9 @@ from typing import NamedTuple
 import msgspec
 import zmq
 
+from mcinspect.auth import CurveKeys, secure_server
 from mcinspect.schema import EVERY_STEP_TOPIC, STREAM_TOPIC, Delta
+from mcinspect.target import allow_ipv6, zmq_address
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
@@ -53,13 +55,15 @@ class Publisher:
         queue_size: int = 4096,
         history_size: int = 1024,
         send_hwm: int = 1000,
+        keys: CurveKeys | None = None,
     ) -> None:
         """Bind the PUB socket now (a taken port raises here, in the caller's thread).
 
         Memory held in the engine: at most queue_size Delta objects waiting, history_size
         encoded deltas in the ring, and per subscriber at most send_hwm encoded deltas (plus the
         kernel's socket buffer). send_hwm <= history_size lets a subscriber that fell behind
-        usually recover from the ring instead of a snapshot.
+        usually recover from the ring instead of a snapshot. `keys`: CURVE server keys (a
+        subscriber without the engine's key gets nothing, not even a connection); None: open.
         """
         self._queue: queue.Queue[Delta] = queue.Queue(maxsize=queue_size)
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=history_size)
@@ -80,7 +84,11 @@ class Publisher:
         self._socket.setsockopt(zmq.LINGER, 0)
         # Per-subscriber bound: past it ZMQ drops messages for that subscriber only.
         self._socket.setsockopt(zmq.SNDHWM, send_hwm)
-        self._socket.bind(f"tcp://{host}:{port}")
+        # Subscriptions are the only thing a subscriber sends: they are a few bytes each.
+        self._socket.setsockopt(zmq.MAXMSGSIZE, 1024)
+        allow_ipv6(self._socket, host)
+        secure_server(self._socket, keys)
+        self._socket.bind(zmq_address(host, port))
         self.port = int(self._socket.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
         """The bound port (useful when constructed with port 0)."""
         self._thread = threading.Thread(target=self._run, name="mcinspect-publisher", daemon=True)

@@ -82,11 +82,6 @@ def runs_of_many(values: Sequence[IndexValue]) -> list[Runs]:
     return out
 
 
-def runs_of(value: IndexValue) -> Runs:
-    """One value's runs."""
-    return runs_of_many([value])[0]
-
-
 def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
     """Sorted runs of free token indices from free page ids (token ids when page_size is 1)."""
     flat, _ = host_concat([free_pages])

@@ -1,9 +1,13 @@
-"""The `mcinspect` command line. Exit codes: 0 ok, 1 violations found, 2 bad input or usage."""
+"""The `mcinspect` command line. Exit codes: 0 ok, 1 violations found, 2 bad input or usage,
+130 / 143 stopped by Ctrl-C / SIGTERM (errors.py). Errors are caught once, in `McinspectGroup`:
+commands let `McinspectError` rise."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
+import logging
 import os
 import signal
 import sys
@@ -11,10 +15,11 @@ import threading
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 
-from .cli_output import fail, print_ranks, print_summary, progress, serve_until_interrupted, stderr, summary_dict
-from .client import EngineRefused, EngineUnreachable
-from .target import Target, TargetError
+from .cli_output import fail, print_ranks, print_summary, progress, serve_until_interrupted, stderr, summary_dict, warn
+from .errors import McinspectError
+from .target import Target
 
 if TYPE_CHECKING:
     from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig
@@ -23,7 +28,63 @@ if TYPE_CHECKING:
     from .schema import CacheState
     from .sources import LoadedState
 
+STOPPED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+"""Exit code of a command stopped by each signal (128 + its number)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt (not an Exception: no handler
+    of a library swallows it)."""
+
+
+_stopped_by: list[int] = []
+"""The stop signal received, if any."""
+
+
+def _stopping(signum: int, frame: object) -> None:
+    """Ctrl-C or SIGTERM: stop. From now on this process is shutting down: a second signal, or
+    sglang's SIGQUIT as its children die meanwhile, must not break off the cleanup (the engine's
+    processes, a recording's end mark), and sglang's complaints about them are noise."""
+    _stopped_by.append(signum)
+    for other in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(other, signal.SIG_IGN)
+    logging.getLogger("sglang").setLevel(logging.CRITICAL)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated from None
+    # Inside an event loop (sglang's engine waiting for output): the loop would swallow the
+    # exception as a failed callback; stopped, it ends the wait, and the command unwinds.
+    loop.stop()
+
+
+class McinspectGroup(TyperGroup):
+    """The one place errors become a line on stderr and an exit code."""
+
+    def invoke(self, ctx: typer.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except typer.Exit:
+            raise
+        except BaseException as exc:
+            if _stopped_by:  # whatever the stop broke off on its way out
+                _stopped(_stopped_by[0])
+            if isinstance(exc, McinspectError):
+                fail(str(exc), exc.exit_code)
+            if isinstance(exc, OSError):  # a file named on the command line
+                fail(f"cannot use {exc.filename}: {exc.strerror}" if exc.filename else str(exc))
+            if isinstance(exc, KeyboardInterrupt):
+                _stopped(signal.SIGINT)
+            raise
+
+
+def _stopped(signum: int) -> None:
+    stderr.print("stopped", highlight=False)
+    raise typer.Exit(STOPPED[signum])
+
+
 app = typer.Typer(
+    cls=McinspectGroup,
     help="Inspect the mamba (SSM) prefix cache of a live SGLang engine.",
     no_args_is_help=True,
     add_completion=False,
@@ -45,15 +106,9 @@ EveryStepOption = Annotated[
 ]
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _target(text: str) -> Target:
-    try:
-        return Target.parse(text)
-    except TargetError as exc:
-        fail(str(exc))
+def _needs_terminal(command: str) -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        fail(f"`mcinspect {command}` is a TUI and needs a terminal; for a pipe use `mcinspect check` or `mcinspect snapshot --format tree`")
 
 
 class TreeCore(str, enum.Enum):
@@ -81,6 +136,8 @@ def main() -> None:
     Start with `mcinspect demo --headless`: the real SGLang engine on this CPU with a tiny
     Qwen3-Next, driven by a workload that hits, extends and evicts the cache.
     """
+    for signum in STOPPED:  # a plain kill stops any command cleanly, like Ctrl-C
+        signal.signal(signum, _stopping)
 
 
 @app.command()
@@ -111,10 +168,9 @@ def demo(
     The workload mixes shared system prefixes, multi-turn conversations, branches from the
     middle of earlier prompts, chunked prefill and enough unrelated prompts to force evictions.
     """
-    from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, EngineDied, EngineStartError
+    from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig
 
     from .demo import run_demo
-    from .recording import RecordingError
 
     headless = headless or json_out or serve  # both are ways of running without the TUI
     if not headless and not sys.stdout.isatty():
@@ -125,7 +181,6 @@ def demo(
         fail("--record records what the hooks stream; drop --no-hooks")
     if serve and not hooks:
         fail("--serve keeps the engine up for inspector clients; it needs the hooks (drop --no-hooks)")
-    signal.signal(signal.SIGTERM, _interrupt)  # a plain kill still shuts the engine down cleanly
     config = EmbeddedEngineConfig(
         strategy=strategy.value,
         page_size=page_size,
@@ -153,10 +208,10 @@ def demo(
                 after_workload=(lambda s: serve_until_interrupted(s, port, json_out)) if serve else (lambda s: None),
                 record_path=record,
             )
-    except (EngineStartError, EngineDied, EngineUnreachable, EngineRefused, RecordingError) as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
-        raise typer.Exit(0 if serve else 130) from None
+        if not serve:  # --serve runs until Ctrl-C: that is its normal end
+            raise
+        raise typer.Exit(0) from None
     if json_out:
         typer.echo(json.dumps(summary_dict(summary)))
     else:
@@ -184,14 +239,8 @@ def snapshot(
         fail("--max-nodes applies to --format tree")
     if os.path.exists(target):
         fail(f"{target} is a file, not PORT or HOST:PORT: `--format tree` prints a file's tree")
-    where = _target(target)
-    try:
-        data = fetch_snapshot(where, token, timeout)
-        write_json(data, output)
-    except (EngineUnreachable, EngineRefused) as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror}")
+    data = fetch_snapshot(Target.parse(target), token, timeout)
+    write_json(data, output)
     if output != "-":
         state = data.state
         stderr.print(
@@ -233,10 +282,7 @@ def info(
 
     from .inspect_commands import discover_ranks
 
-    try:
-        ranks = discover_ranks(_target(target), token, timeout)
-    except (EngineUnreachable, EngineRefused) as exc:
-        fail(str(exc))
+    ranks = discover_ranks(Target.parse(target), token, timeout)
     if json_out:
         for rank in ranks:
             typer.echo(msgspec.json.encode({"info": rank.info, "stats": rank.stats}).decode())
@@ -261,16 +307,14 @@ def render(
     token: TokenOption = "",
 ) -> None:
     """Draw the radix tree with its mamba slots, requests and ping-pong buffers (Graphviz)."""
-    from .render import RenderError, parse_focus
+    from .inspect_commands import write_bytes
+    from .render import parse_focus
     from .render import render as render_state
 
     loaded = _load(source, step, token)
-    try:
-        focus_id = parse_focus(loaded.state, focus) if focus is not None else None
-        data = render_state(loaded.state, fmt.value, focus=focus_id, max_nodes=max_nodes, violations=_violations_of(loaded.state))
-    except RenderError as exc:
-        fail(str(exc))
-    _write_bytes(data, output)
+    focus_id = parse_focus(loaded.state, focus) if focus is not None else None
+    data = render_state(loaded.state, fmt.value, focus=focus_id, max_nodes=max_nodes, violations=_violations_of(loaded.state))
+    write_bytes(data, output)
     if output != "-":
         stderr.print(f"wrote {output} ({len(data):,} bytes) from {loaded.origin}", highlight=False)
 
@@ -284,22 +328,19 @@ def record(
 ) -> None:
     """Record the stream of a live engine (schema-versioned, compressed, crash-safe per frame)."""
     from .recorder import record as record_stream
-    from .recording import RecordingError
 
-    where = _target(target)
+    where = Target.parse(target)
     stderr.print(f"recording {where.host}:{where.port} to {output}; Ctrl-C stops", highlight=False)
     # Ctrl-C / kill set a flag the loop reads between frames: a KeyboardInterrupt could land in
-    # a finalizer, where Python ignores it, and the recording would never stop.
+    # a finalizer, where Python ignores it, and the recording would never stop (or end torn).
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    try:
-        result = record_stream(where, output, token=token, steps=steps, stop=stop)
-    except (EngineUnreachable, EngineRefused, RecordingError) as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror}")
+    stopped_by: list[int] = []
+    for signum in STOPPED:
+        signal.signal(signum, lambda signum, frame: (stopped_by.append(signum), stop.set()))
+    result = record_stream(where, output, token=token, steps=steps, stop=stop)
     stderr.print(f"wrote {output}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs", highlight=False)
+    if stopped_by:
+        _stopped(stopped_by[0])
 
 
 @app.command()
@@ -330,32 +371,23 @@ def diff(
 
 
 def _load(source: str, step: int | None, token: str, timeout_s: float = 10.0) -> LoadedState:
-    from .recording import RecordingError
-    from .snapshot_file import SnapshotFileError
-    from .sources import SourceError, load_state
+    from .sources import load_state
 
-    try:
-        return load_state(source, step=step, token=token, timeout_s=timeout_s)
-    except (SourceError, SnapshotFileError, RecordingError, EngineUnreachable, EngineRefused) as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"cannot read {source}: {exc.strerror}")
+    return load_state(source, step=step, token=token, timeout_s=timeout_s, on_warning=warn)
 
 
 def _violations_of(state: CacheState) -> list[Violation]:
     """What the checks find on this one state, to highlight in the picture."""
-    from .checks import StepView, check_step
+    from .check_driver import CheckDriver
+    from .schema import Counters
 
-    return check_step(StepView.first(state))
+    return CheckDriver().step(state, (), counters=Counters(), restart=True)
 
 
 def _write_bytes(data: bytes, output: str) -> None:
     from .inspect_commands import write_bytes
 
-    try:
-        write_bytes(data, output)
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror}")
+    write_bytes(data, output)
 
 
 @app.command()
@@ -363,35 +395,28 @@ def check(
     source: Annotated[str, typer.Argument(help="A snapshot file, a recording, or PORT / HOST:PORT of a live engine.")],
     checks: Annotated[Optional[list[str]], typer.Option("--checks", help="Run only these checks (repeat; see `mcinspect checks`).")] = None,
     steps: Annotated[Optional[int], typer.Option(min=1, help="Live: stop after this many steps (default: until Ctrl-C).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per violation.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per group of violations with one cause (check, first_step, last_step, repeats, what it touched).")] = False,
+    ungrouped: Annotated[bool, typer.Option("--ungrouped", help="With --json: one object per violation, as found.")] = False,
     token: TokenOption = "",
 ) -> None:
-    """Check the cache invariants and slot contents; exit 0 clean, 1 violations, 2 bad input."""
+    """Check the cache invariants and slot contents; exit 0 clean, 1 violations, 2 bad input or a check that crashed."""
     from .check_runner import check_file, check_live
-    from .checks import UnknownCheck
-    from .cli_output import ViolationPrinter
-    from .recording import RecordingError
-    from .snapshot_file import SnapshotFileError
+    from .cli_output import ViolationReport
 
-    printer = ViolationPrinter(json_out)
-    try:
-        if os.path.exists(source):
-            for violation in check_file(source, checks):
-                printer.add(violation)
-        else:
-            where = _target(source)
-            try:
-                check_live(where, token=token, names=checks, steps=steps, on_violation=printer.add)
-            except KeyboardInterrupt:
-                pass
-    except UnknownCheck as exc:
-        fail(str(exc))
-    except (SnapshotFileError, RecordingError, EngineUnreachable, EngineRefused) as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"cannot read {source}: {exc.strerror}")
-    printer.finish()
-    raise typer.Exit(1 if printer.count else 0)
+    if ungrouped and not json_out:
+        fail("--ungrouped applies to --json (the table always groups)")
+    report = ViolationReport(json_out, ungrouped)
+    if os.path.exists(source):
+        for violation in check_file(source, checks, on_warning=warn):
+            report.add(violation)
+    else:
+        try:
+            check_live(Target.parse(source), token=token, names=checks, steps=steps, on_violation=report.add)
+        except (KeyboardInterrupt, Terminated):
+            report.finish()
+            raise
+    report.finish()
+    raise typer.Exit(1 if report.count else 0)
 
 
 @app.command()
@@ -413,16 +438,13 @@ def verify(
     input (unknown node, engine unreachable, model without mamba state).
     """
     from .cli_output import print_verdicts
-    from .verify_command import VerifyError, exit_code, verify_nodes
+    from .verify_command import exit_code, verify_nodes
 
     if not node and not all_nodes:
         fail("name the nodes with --node ID (see `mcinspect snapshot PORT --format tree`) or ask for --all")
-    where = _target(target)
     show = (lambda done, total: stderr.print(f"verified {done} of {total}", end="\r")) if sys.stderr.isatty() else (lambda d, t: None)
-    try:
-        judged = verify_nodes(where, list(node or []), all_nodes, token=token, timeout_s=timeout, wait_s=wait, on_progress=show)
-    except (EngineUnreachable, EngineRefused, VerifyError) as exc:
-        fail(str(exc))
+    where = Target.parse(target)
+    judged = verify_nodes(where, list(node or []), all_nodes, token=token, timeout_s=timeout, wait_s=wait, on_progress=show)
     print_verdicts(judged, json_out)
     raise typer.Exit(exit_code(judged))
 
@@ -437,16 +459,11 @@ def list_checks() -> None:
 
 
 def _demo_with_tui(config: EmbeddedEngineConfig, requests: int, token: str, every_step: bool) -> None:
-    from mcinspect_engine_hooks.cpu_engine.launcher import EngineDied, EngineStartError
-
     from .demo import run_demo_in_background
     from .tui import run_attach
 
-    try:
-        with run_demo_in_background(config, requests):
-            run_attach(Target("127.0.0.1", config.inspector_port), token, every_step)
-    except (EngineStartError, EngineDied) as exc:
-        fail(str(exc))
+    with run_demo_in_background(config, requests):
+        run_attach(Target("127.0.0.1", config.inspector_port), token, every_step)
 
 
 @app.command()
@@ -458,21 +475,19 @@ def attach(
     """The TUI on a live engine: tree, slot map, page map, requests, events, violations, time travel."""
     from .tui import run_attach
 
-    run_attach(_target(target), token, every_step)
+    where = Target.parse(target)
+    _needs_terminal("attach")
+    run_attach(where, token, every_step)
 
 
 @app.command()
 def replay(path: Annotated[str, typer.Argument(help="A recording written by `mcinspect record` or `demo --record`.")]) -> None:
     """The TUI on a recording: step through what happened, with the checks' findings."""
-    from .recording import RecordingError
-    from .tui import run_replay
+    from .tui import load_recording, run_replay
 
-    try:
-        run_replay(path)
-    except RecordingError as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror}")
+    source = load_recording(path, on_warning=warn)  # its errors and warnings before the screen changes
+    _needs_terminal("replay")
+    run_replay(source)
 
 
 @app.command()

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .checks import CheckSpec, Violation
+from .checks import CheckSpec, Violation, ViolationGroup, ViolationGroups
 from .schema import EngineInfo, VerifyStats
 
 if TYPE_CHECKING:
@@ -31,8 +33,13 @@ stdout = Console()
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print `error: message` on one line to stderr and exit with `code`."""
-    stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """Print `warning: message` on one line to stderr (a truncated recording, a seq gap)."""
+    stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -213,35 +220,75 @@ def verification_counts(v: VerifyStats) -> str:
     )
 
 
-class ViolationPrinter:
-    """Violations as they are found: JSON lines, or a table printed at the end."""
+TABLE_GROUPS = 200
+"""Groups a terminal table shows; the rest are counted (--json, or a pipe, lists them all)."""
 
-    def __init__(self, json_out: bool) -> None:
-        self.json_out = json_out
-        self.count = 0
-        self._rows: list[Violation] = []
+
+class ViolationReport:
+    """What `check` found: groups of one cause (a table on a terminal, plain lines in a pipe or
+    file, reasons never cut; or JSON lines), or with `ungrouped` JSON lines as found."""
+
+    def __init__(self, json_out: bool, ungrouped: bool = False) -> None:
+        self.json_out, self.ungrouped = json_out, ungrouped
+        self.groups = ViolationGroups()
+
+    @property
+    def count(self) -> int:
+        """Violations seen (occurrences, not groups)."""
+        return self.groups.occurrences
 
     def add(self, violation: Violation) -> None:
-        self.count += 1
-        if self.json_out:
+        if self.json_out and self.ungrouped:
+            self.groups.occurrences += 1
             typer.echo(msgspec.json.encode(violation).decode())
         else:
-            self._rows.append(violation)
+            self.groups.add(violation)
 
     def finish(self) -> None:
+        groups = self.groups.groups
         if self.json_out:
+            if not self.ungrouped:
+                sys.stdout.write("".join(msgspec.json.encode(group).decode() + "\n" for group in groups))
+                sys.stdout.flush()
             return
-        if not self._rows:
+        if not self.count:
             stderr.print("[green]no violations[/]")
             return
-        table = Table("step", "check", "nodes", "slots", "requests", "reason", title=f"{self.count} violations", title_justify="left")
-        for v in self._rows:
-            table.add_row(str(v.step), v.check, _ids(v.nodes), _ids(v.slots), _ids(v.rids), v.reason)
+        title = f"{self.count:,} violations in {len(groups):,} groups (one cause each: same check, slots and nodes)"
+        if stdout.is_terminal:
+            self._table(title, groups)
+        else:
+            sys.stdout.write(_plain_groups(title, groups))
+            sys.stdout.flush()
+
+    def _table(self, title: str, groups: list[ViolationGroup]) -> None:
+        table = Table("steps", "seen", "check", "nodes", "slots", "requests", "reason", title=title, title_justify="left")
+        table.columns[-1].overflow = "fold"  # wrapped, never cut
+        for group in groups[:TABLE_GROUPS]:
+            table.add_row(_steps(group), f"{group.repeats}x", group.check, _ids(group.nodes), _ids(group.slots), _ids(group.rids), group.reason)
         stdout.print(table)
+        if len(groups) > TABLE_GROUPS:
+            stderr.print(f"{len(groups) - TABLE_GROUPS:,} more groups not shown: --json, or a pipe, lists them all", highlight=False)
 
 
-def _ids(values: tuple) -> str:
-    return ", ".join(str(v) for v in values[:4]) + (" ..." if len(values) > 4 else "")
+def _plain_groups(title: str, groups: list[ViolationGroup]) -> str:
+    """One line a group, tab-separated, nothing cut: linear in the groups, for files and pipes."""
+    lines = [title, "steps\tseen\tcheck\tnodes\tslots\trequests\treason"]
+    for g in groups:
+        lines.append(f"{_steps(g)}\t{g.repeats}\t{g.check}\t{_all(g.nodes)}\t{_all(g.slots)}\t{_all(g.rids)}\t{g.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def _steps(group: ViolationGroup) -> str:
+    return str(group.first_step) if group.first_step == group.last_step else f"{group.first_step}..{group.last_step}"
+
+
+def _ids(values: Sequence[object]) -> str:
+    return ", ".join(str(v) for v in values[:4]) + (f" (+{len(values) - 4})" if len(values) > 4 else "")
+
+
+def _all(values: Sequence[object]) -> str:
+    return ",".join(str(v) for v in values) or "-"
 
 
 def print_checks(specs: Iterable[CheckSpec]) -> None:

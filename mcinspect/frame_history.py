@@ -14,12 +14,19 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from .schema import SCHEMA_VERSION, CacheState, Delta, Snapshot, apply_delta, copy_state
 
-if TYPE_CHECKING:
-    from .session import FrameInfo
+
+class Indexed(Protocol):
+    """What the history needs of a frame's description: its consecutive frame number."""
+
+    @property
+    def index(self) -> int: ...
+
+
+InfoT = TypeVar("InfoT", bound=Indexed)
 
 
 class FrameEvicted(LookupError):
@@ -27,23 +34,24 @@ class FrameEvicted(LookupError):
 
 
 @dataclass
-class _Entry:
-    info: FrameInfo
+class _Entry(Generic[InfoT]):
+    info: InfoT
     delta: Delta | None
     """How to get here from the previous entry; None where `keyframe` holds the whole state."""
     keyframe: CacheState | None
 
 
-class FrameHistory:
-    """Bounded frames with periodic keyframes (see the module docstring)."""
+class FrameHistory(Generic[InfoT]):
+    """Bounded frames with periodic keyframes (see the module docstring); the Session's window,
+    and a whole recording in the TUI's replay source."""
 
     def __init__(self, size: int, keyframe_every: int) -> None:
-        self.entries: deque[_Entry] = deque()
+        self.entries: deque[_Entry[InfoT]] = deque()
         self._size = size
         self._keyframe_every = keyframe_every
         self._since_keyframe = 0
 
-    def append(self, info: FrameInfo, delta: Delta | None, live: CacheState) -> None:
+    def append(self, info: InfoT, delta: Delta | None, live: CacheState) -> None:
         """Record the frame whose state is `live`; `delta` None forces a keyframe."""
         if len(self.entries) >= self._size:
             self._evict_oldest()

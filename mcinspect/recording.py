@@ -10,6 +10,10 @@ Layout (integers big-endian):
                                                   resync and replaces the state
     end mark: u32 0                               written by close()
 
+Reading trusts nothing: a frame is at most `untrusted.max_message_bytes()` (what a client takes
+off the wire), the body is decompressed a few MB at a time, so a zstd bomb costs one frame's
+bound, and nesting, truncation or garbage in the header or a frame is RecordingCorrupt.
+
 The writer flushes after every frame (zstd: a block flush), so a crashed writer loses at most
 the frame it was writing. A file without its end mark (a writer that crashed, or one still
 running) is read up to its last whole frame, with a warning (`warnings`, `on_warning`) and
@@ -27,23 +31,25 @@ from typing import IO, Any, Literal, cast
 
 import msgspec
 
-from .schema import SCHEMA_VERSION, CacheState, Delta, EngineInfo, Snapshot, Step, apply_delta, copy_state
+from .errors import McinspectError, one_line
+from .replay import Frame, Replay
+from .schema import SCHEMA_VERSION, CacheState, Delta, EngineInfo, Snapshot, Step, copy_state
+from .untrusted import DecodeFailed, decode, max_message_bytes
 
 MAGIC = b"\x89MCIREC\n"
 """Not text, and a line ending that text-mode copies would mangle (the PNG trick)."""
 FORMAT = 1
 """Version of the container layout above (the messages inside carry SCHEMA_VERSION)."""
-MAX_FRAME_BYTES = 1 << 31
-"""A length past this is damage, not data (a 1M-node snapshot is ~0.2 GB)."""
-_READ_CHUNK = 64 << 20
+_READ_CHUNK = 16 << 20
+_DECOMPRESSED_CHUNK = 4 << 20
+"""What one zstd step may produce: a file that expands a thousandfold is held a frame at a time."""
 _END_MARK = (0).to_bytes(4, "big")
 """A zero length: no frame is empty."""
 
 Compression = Literal["none", "zstd"]
-Frame = Snapshot | Delta
 
 
-class RecordingError(Exception):
+class RecordingError(McinspectError):
     """A recording cannot be used; the message is one line that names the fix."""
 
 
@@ -157,34 +163,14 @@ def _framed(payload: bytes) -> bytes:
 _encoder = msgspec.msgpack.Encoder()
 _frame_decoder = msgspec.msgpack.Decoder(Frame)
 _info_decoder = msgspec.msgpack.Decoder(EngineInfo)
+_header_probe = msgspec.msgpack.Decoder(_HeaderProbe)
+MAX_HEADER_BYTES = 1 << 20
+"""A header is a few hundred bytes."""
 _MSGPACK_NIL = b"\xc0"
 
 
 def frame_step(frame: Frame) -> Step:
     return frame.step if isinstance(frame, Delta) else frame.state.step
-
-
-class _Replay:
-    """Frames applied in order to one live state (mutated in place)."""
-
-    def __init__(self, path: str, warn: Callable[[str], None]) -> None:
-        self.path, self.warn = path, warn
-        self.state: CacheState | None = None
-        self.last_seq: int | None = None
-
-    def apply(self, index: int, frame: Frame) -> CacheState:
-        if isinstance(frame, Snapshot):
-            self.state = copy_state(frame.state)  # a resync replaces everything
-        else:
-            assert self.state is not None  # the reader checks that frame 0 is a Snapshot
-            if self.last_seq is not None and frame.seq != self.last_seq + 1:
-                self.warn(
-                    f"{self.path}: seq jumps from {self.last_seq} to {frame.seq} at frame {index}: "
-                    "states after it may miss changes"
-                )
-            apply_delta(self.state, frame)
-        self.last_seq = frame.seq
-        return self.state
 
 
 class RecordingReader:
@@ -209,6 +195,7 @@ class RecordingReader:
         self.truncated = False
         zstd = _zstd() if self.header.compression == "zstd" else None
         stream_errors = (zstd.ZstdError,) if zstd is not None else ()
+        limit = max_message_bytes()
         with self._open() as handle:
             handle.seek(self._body_offset)
             body: IO[bytes] | _ZstdBody = _ZstdBody(handle, zstd) if zstd is not None else handle
@@ -217,11 +204,14 @@ class RecordingReader:
                 try:
                     prefix = _read_exact(body, 4)
                     length = int.from_bytes(prefix, "big")
-                    if len(prefix) == 4 and length > MAX_FRAME_BYTES:
-                        raise RecordingCorrupt(f"{self.path}: frame {index} claims {length:,} bytes: the file is damaged")
+                    if len(prefix) == 4 and length > limit:
+                        raise RecordingCorrupt(
+                            f"{self.path}: frame {index} claims {length:,} bytes, over the {limit:,}-byte limit: the file is "
+                            "damaged (or set MCINSPECT_MAX_MESSAGE_MB higher)"
+                        )
                     payload = _read_exact(body, length) if len(prefix) == 4 else b""
                 except stream_errors as exc:
-                    raise RecordingCorrupt(f"{self.path}: frame {index}: {_one_line(exc)}: the file is damaged") from None
+                    raise RecordingCorrupt(f"{self.path}: frame {index}: {one_line(exc)}: the file is damaged") from None
                 if prefix == _END_MARK:
                     return
                 if len(prefix) < 4 or len(payload) < length:
@@ -235,9 +225,20 @@ class RecordingReader:
 
     def states(self) -> Iterator[RecordedState]:
         """The state after each frame (a copy per frame, O(nodes) each: `state_at` copies once)."""
-        replay = _Replay(self.path, self._warn)
+        replay = Replay(self._warn, self.path)
         for index, frame in enumerate(self):
             yield RecordedState(index, frame, copy_state(replay.apply(index, frame)))
+
+    def last_state(self) -> RecordedState:
+        """The state after the last whole frame (one copy); raises StepNotRecorded if none."""
+        replay = Replay(self._warn, self.path)
+        last: tuple[int, Frame] | None = None
+        for index, frame in enumerate(self):
+            replay.apply(index, frame)
+            last = index, frame
+        if last is None or replay.state is None:
+            raise StepNotRecorded(f"{self.path} holds no whole frame: nothing to replay")
+        return RecordedState(last[0], last[1], copy_state(replay.state))
 
     def state_at(self, step: Step) -> CacheState:
         """The state at the end of `step`: after the last frame whose step is <= `step`."""
@@ -247,7 +248,7 @@ class RecordingReader:
         """`state_at` for several steps in one pass over the file. Raises StepNotRecorded."""
         wanted = sorted(set(steps))
         found: dict[Step, CacheState] = {}
-        replay = _Replay(self.path, self._warn)
+        replay = Replay(self._warn, self.path)
         first: Step | None = None
         last: Step | None = None
         for index, frame in enumerate(self):
@@ -282,13 +283,13 @@ class RecordingReader:
             raise RecordingCorrupt(f"{self.path} is not an mcinspect recording (no magic): record one with `mcinspect record`")
         prefix = handle.read(4)
         length = int.from_bytes(prefix, "big") if len(prefix) == 4 else -1
-        raw = handle.read(length) if 0 <= length <= MAX_FRAME_BYTES else b""
+        raw = handle.read(length) if 0 <= length <= MAX_HEADER_BYTES else b""
         if length < 0 or len(raw) != length:
             raise RecordingCorrupt(f"{self.path} ends inside its header: nothing was recorded")
         try:
-            probe = msgspec.msgpack.decode(raw, type=_HeaderProbe)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise RecordingCorrupt(f"{self.path}: the header does not decode ({_one_line(exc)}): the file is damaged") from None
+            probe = decode(_header_probe, raw, DecodeFailed)
+        except DecodeFailed as exc:
+            raise RecordingCorrupt(f"{self.path}: the header does not decode ({exc}): the file is damaged") from None
         for what, theirs, ours in (("recording format", probe.format, FORMAT), ("schema version", probe.schema_version, SCHEMA_VERSION)):
             if theirs > ours:
                 raise RecordingVersionError(f"{self.path} has {what} {theirs}, newer than this mcinspect's {ours}: upgrade mcinspect")
@@ -301,9 +302,9 @@ class RecordingReader:
         if probe.compression == "zstd" and _zstd() is None:
             raise RecordingError(f"{self.path} is zstd-compressed: `pip install zstandard` to read it")
         try:
-            info = None if bytes(probe.info) == _MSGPACK_NIL else _info_decoder.decode(probe.info)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise RecordingCorrupt(f"{self.path}: the header's engine info does not decode ({_one_line(exc)})") from None
+            info = None if bytes(probe.info) == _MSGPACK_NIL else decode(_info_decoder, probe.info, DecodeFailed)
+        except DecodeFailed as exc:
+            raise RecordingCorrupt(f"{self.path}: the header's engine info does not decode ({exc}): the file is damaged") from None
         compression = cast(Compression, probe.compression)
         return RecordingHeader(probe.format, probe.schema_version, compression, probe.created_at, info), handle.tell()
 
@@ -311,9 +312,9 @@ class RecordingReader:
         enabled = gc.isenabled()
         gc.disable()  # as schema.decode_reply: snapshots are millions of acyclic records
         try:
-            return _frame_decoder.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise RecordingCorrupt(f"{self.path}: frame {index} does not decode ({_one_line(exc)}): the file is damaged") from None
+            return decode(_frame_decoder, payload, DecodeFailed)
+        except DecodeFailed as exc:
+            raise RecordingCorrupt(f"{self.path}: frame {index} does not decode ({exc}): the file is damaged") from None
         finally:
             if enabled:
                 gc.enable()
@@ -333,20 +334,20 @@ class RecordingReader:
 
 class _ZstdBody:
     """Decompressed reads of a zstd stream that may lack its end (a writer still running, or
-    one that crashed). zstandard's stream_reader stops short of the last flushed block of an
-    unfinished frame; a decompressobj hands out everything flushed."""
+    one that crashed), at most _DECOMPRESSED_CHUNK produced per step: memory follows what is
+    asked for, not what the file expands to. (zstandard's stream_reader stops short of the last
+    flushed block of an unfinished frame; read_to_iter hands out everything flushed.)"""
 
     def __init__(self, handle: IO[bytes], zstd: Any) -> None:
-        self._handle = handle
-        self._decompressor = zstd.ZstdDecompressor().decompressobj()
+        self._chunks = zstd.ZstdDecompressor().read_to_iter(handle, read_size=1 << 20, write_size=_DECOMPRESSED_CHUNK)
         self._buffer = bytearray()
 
     def read(self, count: int) -> bytes:
         while len(self._buffer) < count:
-            chunk = self._handle.read(_READ_CHUNK)
+            chunk = next(self._chunks, b"")
             if not chunk:
                 break
-            self._buffer += self._decompressor.decompress(chunk)
+            self._buffer += chunk
         out = bytes(self._buffer[:count])
         del self._buffer[:count]  # amortised O(1): bytearray drops its front without moving the rest
         return out
@@ -365,6 +366,3 @@ def _read_exact(stream: IO[bytes] | _ZstdBody, count: int) -> bytes:
         left -= len(chunk)
     return b"".join(parts)
 
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())

@@ -523,6 +523,8 @@ class Stats(_Message):
     """Time the scheduler thread spent inside mcinspect's hooks, captures included; not the
     set-up at engine start (importing mcinspect, the first full capture, binding the ports)."""
     verify: VerifyStats = VerifyStats()
+    request_seconds: float = 0.0
+    """CPU time the request thread spent answering (it holds the GIL the scheduler needs)."""
 
 
 class NodeVerdict(msgspec.Struct, frozen=True):
@@ -559,15 +561,13 @@ class ErrorReply(_Message):
 
 Reply = EngineInfo | Snapshot | History | Stats | VerifyStatus | ErrorReply
 
-request_decoder = msgspec.msgpack.Decoder(Request)
 reply_decoder = msgspec.msgpack.Decoder(Reply)
-delta_decoder = msgspec.msgpack.Decoder(Delta)
 encoder = msgspec.msgpack.Encoder()
 # Records are gc=False: they only hold ints, strings and lists of them, so they can never be
 # part of a reference cycle, and a million tracked records make the collector dominate decoding.
 
 
-def decode_reply(payload: bytes) -> Reply:
+def decode_reply(payload: bytes | memoryview) -> Reply:
     """`reply_decoder.decode` with the cyclic GC paused: snapshots allocate millions of
     acyclic objects, and collections triggered mid-decode would triple the time."""
     enabled = gc.isenabled()
@@ -606,17 +606,6 @@ def copy_state(state: CacheState) -> CacheState:
     only the dicts it edits in place are copied (all of them, whatever fields the schema grows)."""
     fields = msgspec.structs.asdict(state)
     return CacheState(**{name: dict(value) if isinstance(value, dict) else value for name, value in fields.items()})
-
-
-def to_runs(indices: list[int]) -> Runs:
-    """[3, 4, 5, 9] -> [(3, 3), (9, 1)]."""
-    runs: Runs = []
-    for index in indices:
-        if runs and runs[-1][0] + runs[-1][1] == index:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((index, 1))
-    return runs
 
 
 def from_runs(runs: Runs) -> list[int]:

@@ -1,7 +1,8 @@
 """A live view of one scheduler process: snapshot + deltas -> the latest state and its history.
 
-Sync protocol (the pitfalls it avoids are in STYLE.md, "Wire"): handshake (Hello ->
-EngineInfo), subscribe to the stream FIRST, then take a snapshot while buffering live deltas;
+Sync protocol (it avoids the known pitfalls of KV-event streams: silent gaps, a replay applied
+after newer live events): handshake (Hello -> EngineInfo), subscribe to the stream FIRST, then
+take a snapshot while buffering live deltas;
 apply only deltas with seq > snapshot.seq, in seq order. A seq that is not last + 1 is a gap:
 fetch the missing deltas from the engine's history ring (GetHistory), or when the ring no longer
 holds them, resync from a new snapshot, buffering live deltas meanwhile. If the engine stops
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from .client import EngineRefused, EngineUnreachable, Requester, unreachable_reason
+from .client import EngineRefused, EngineUnreachable, Requester, client_socket, unreachable_reason
+from .errors import McinspectError
 from .frame_history import FrameEvicted, FrameHistory, delta_towards  # noqa: F401  (FrameEvicted: what state_at raises)
 from .schema import (
     EVERY_STEP_TOPIC,
@@ -47,7 +49,8 @@ from .schema import (
     apply_delta,
     copy_state,
 )
-from .target import Target
+from .target import Target, zmq_address
+from .untrusted import DECODE_FAILURES
 
 logger = logging.getLogger("mcinspect.session")
 
@@ -57,7 +60,7 @@ _MAX_DRAIN = 10_000
 """Stream messages read per drain, so one poll stays bounded on a fire hose."""
 
 
-class SessionError(Exception):
+class SessionError(McinspectError):
     """The session was used the wrong way (not connected, or from a thread that does not own it)."""
 
 
@@ -263,7 +266,7 @@ class Session:
             raise SessionClosed("the session is closed")
         if self._requester is not None:
             raise SessionError("connect() was already called")
-        self._requester = Requester(self.target, self._context)
+        self._requester = Requester(self.target, self._context, token=self._token)
         try:
             info = self._hello()
             self._subscribe(info.stream_port)
@@ -356,13 +359,13 @@ class Session:
     def _subscribe(self, stream_port: int) -> None:
         if self._sub is not None:
             self._sub.close(linger=0)
-        self._sub = self._context.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.LINGER, 0)
+        # The stream port shares the request port's key (one per engine, mcinspect/auth.py).
+        self._sub = client_socket(self._context, zmq.SUB, self.target.host, self.target.port, self._token)
         self._sub.setsockopt(zmq.RCVHWM, self._rcv_hwm)
         self._sub.setsockopt(zmq.SUBSCRIBE, STREAM_TOPIC)
         if self._every_step:
             self._sub.setsockopt(zmq.SUBSCRIBE, EVERY_STEP_TOPIC)
-        self._sub.connect(f"tcp://{self.target.host}:{stream_port}")
+        self._sub.connect(zmq_address(self.target.host, stream_port))
 
     def _call(self, message: Request) -> Reply:
         """One request; the stream keeps being buffered while the reply is awaited."""
@@ -384,7 +387,7 @@ class Session:
         requester.reset()  # a late reply must not answer the next request
         if self._closed.is_set():
             raise SessionClosed("the session is closed")
-        raise EngineUnreachable(unreachable_reason(self.target, self._timeout_s))
+        raise EngineUnreachable(unreachable_reason(self.target, self._timeout_s, self._token))
 
     def _drain(self) -> None:
         """Move waiting stream messages into the buffer (or drop them: stale, bad, overflow)."""
@@ -425,7 +428,7 @@ class Session:
             if isinstance(item, bytes):
                 try:
                     item = self._decoder.decode(item)
-                except msgspec.DecodeError:
+                except DECODE_FAILURES:  # RecursionError included: a hostile publisher
                     self._counts.bad_frames += 1
                     break
             if item.seq != self._last_seq + 1 or item.schema_version != SCHEMA_VERSION:

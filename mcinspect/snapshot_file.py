@@ -11,10 +11,15 @@ import os
 
 import msgspec
 
+from .errors import McinspectError
 from .schema import SCHEMA_VERSION, Snapshot
+from .untrusted import DecodeFailed, decode, max_message_bytes
+
+JSON_EXPANSION = 4
+"""A snapshot's JSON is ~3x its msgpack: files up to this times the message limit are read."""
 
 
-class SnapshotFileError(Exception):
+class SnapshotFileError(McinspectError):
     """A snapshot file cannot be used; the message is one line that names the fix."""
 
 
@@ -40,20 +45,23 @@ _decoder = msgspec.json.Decoder(Snapshot)
 def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     """Read and check a snapshot file. Raises SnapshotCorrupt, SnapshotVersionError, or
     SnapshotFileError when it cannot be read."""
+    limit = JSON_EXPANSION * max_message_bytes()
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise SnapshotFileError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise SnapshotCorrupt(f"{path} is over {limit:,} bytes: no snapshot is (or set MCINSPECT_MAX_MESSAGE_MB higher)")
     return parse_snapshot(data, str(path))
 
 
 def parse_snapshot(data: bytes, name: str = "snapshot") -> Snapshot:
     """`load_snapshot` for bytes already read (`name` is used in messages)."""
     try:
-        probe = _probe.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise SnapshotCorrupt(f"{name} is not a snapshot file ({_one_line(exc)}): write one with `mcinspect snapshot PORT -o FILE`") from None
+        probe = decode(_probe, data, DecodeFailed)
+    except DecodeFailed as exc:
+        raise SnapshotCorrupt(f"{name} is not a snapshot file ({exc}): write one with `mcinspect snapshot PORT -o FILE`") from None
     if probe.type != "Snapshot":
         what = f"a {probe.type} message" if probe.type else "no message type"
         raise SnapshotCorrupt(f"{name} holds {what}, not a Snapshot: write one with `mcinspect snapshot PORT -o FILE`")
@@ -68,13 +76,10 @@ def parse_snapshot(data: bytes, name: str = "snapshot") -> Snapshot:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise SnapshotCorrupt(f"{name} is a damaged snapshot ({_one_line(exc)}): take a new one") from None
+        return decode(_decoder, data, DecodeFailed)
+    except DecodeFailed as exc:
+        raise SnapshotCorrupt(f"{name} is a damaged snapshot ({exc}): take a new one") from None
     finally:
         if enabled:
             gc.enable()
 
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from .errors import McinspectError
 from .recording import MAGIC, RecordingReader
 from .schema import CacheState, EngineInfo, Step
 from .snapshot_file import load_snapshot
 from .target import Target, TargetError
 
 
-class SourceError(Exception):
+class SourceError(McinspectError):
     """SOURCE is none of: a snapshot file, a recording, PORT or HOST:PORT."""
 
 
@@ -28,18 +30,17 @@ def is_recording(path: str) -> bool:
         return file.read(len(MAGIC)) == MAGIC
 
 
-def load_state(source: str, *, step: int | None = None, token: str = "", timeout_s: float = 10.0) -> LoadedState:
+def load_state(
+    source: str, *, step: int | None = None, token: str = "", timeout_s: float = 10.0, on_warning: Callable[[str], None] | None = None
+) -> LoadedState:
     """The state SOURCE designates (a recording's last step unless `step`); raises the
-    loaders' own one-line errors (SnapshotFileError, RecordingError, EngineUnreachable, ...)."""
+    loaders' own one-line errors (SnapshotFileError, RecordingError, EngineUnreachable, ...);
+    `on_warning` hears of a truncated recording."""
     if os.path.exists(source):
         if is_recording(source):
-            reader = RecordingReader(source)
+            reader = RecordingReader(source, on_warning=on_warning)
             if step is None:
-                last = None
-                for last in reader.states():
-                    pass
-                if last is None:
-                    raise SourceError(f"{source} holds no frames")
+                last = reader.last_state()
                 return LoadedState(last.state, reader.info, f"{source} at step {last.state.step}")
             return LoadedState(reader.state_at(Step(step)), reader.info, f"{source} at step {step}")
         if step is not None:

@@ -1,12 +1,27 @@
-"""Parse `PORT` / `HOST:PORT` command-line targets."""
+"""Parse `PORT` / `HOST:PORT` command-line targets, and the ZMQ address of a host and port."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import zmq
 
-class TargetError(ValueError):
+from .errors import McinspectError
+
+
+class TargetError(McinspectError, ValueError):
     """A target that is not PORT or HOST:PORT."""
+
+
+def zmq_address(host: str, port: int) -> str:
+    """tcp://host:port, with an IPv6 literal in brackets."""
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def allow_ipv6(socket: zmq.Socket, host: str) -> None:
+    """ZMQ sockets are IPv4-only unless told otherwise: needed for an IPv6 `host`."""
+    if ":" in host:
+        socket.setsockopt(zmq.IPV6, 1)
 
 
 @dataclass(frozen=True)
@@ -16,6 +31,7 @@ class Target:
 
     @classmethod
     def parse(cls, text: str) -> Target:
+        """`7777`, `host:7777`, `[::1]:7777` (a bare host defaults to 127.0.0.1)."""
         host, sep, port_text = text.rpartition(":")
         if not sep:
             host = "127.0.0.1"
@@ -29,4 +45,4 @@ class Target:
 
     @property
     def address(self) -> str:
-        return f"tcp://{self.host}:{self.port}"
+        return zmq_address(self.host, self.port)

@@ -79,11 +79,14 @@ def build_tree(
     flagged: Collection[NodeId] = (),
 ) -> TextTree:
     """The tree of `state`, no line nested deeper than `max_levels` (at least 2); `flagged`
-    nodes (named by violations) are marked `!` and never folded."""
+    nodes (named by violations) are marked `!`, the first `max_nodes` of them never folded."""
     if max_levels < 2:
         raise ValueError(f"max_levels must be at least 2, got {max_levels}")
     last_nodes = [r.last_node for r in state.requests.values() if r.last_node in state.nodes]
-    view = select(state, max_nodes=max_nodes, pinned=[*last_nodes, *flagged], unchained=[*last_nodes, *flagged], flagged=flagged)
+    # Pinned nodes get a line whatever the budget: at most max_nodes of them (requests' nodes
+    # first), the other flagged nodes are counted in the fold lines like any other.
+    pinned = list(dict.fromkeys([*last_nodes, *sorted(n for n in flagged if n in state.nodes)]))[:max_nodes]
+    view = select(state, max_nodes=max_nodes, pinned=pinned, unchained=pinned, flagged=flagged)
     boxes = _Boxes(state, view, set(flagged))
     title = Text(
         f"step {state.step}: {_plural(len(state.nodes), 'node')}, {view.tree.slots:,} holding a mamba slot, "

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 from .checks.recompute import tolerance
 from .client import EngineRefused, request
+from .errors import McinspectError
 from .schema import SCHEMA_VERSION, EngineInfo, GetVerify, Hello, NodeId, NodeVerdict, StartVerify, VerifyStatus
 from .target import Target
 
 POLL_S = 0.2
 
 
-class VerifyError(Exception):
+class VerifyError(McinspectError):
     """The verification cannot be asked for (the message says why)."""
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
+
+from mcinspect.errors import McinspectError
 
 from ..config import PORT_ENV, VERIFY_ENV, VERIFY_MODES, VERIFY_RATE_ENV, VERIFY_SHARE_ENV, ConfigError, HooksConfig
 from . import patches
@@ -23,11 +27,11 @@ TREE_CORES = ("python", "rust")
 """`--mamba-radix-cache-strategy` values the embedded engine accepts."""
 
 
-class EngineStartError(Exception):
+class EngineStartError(McinspectError):
     """The embedded engine could not start; the message says why in one line."""
 
 
-class EngineDied(Exception):
+class EngineDied(McinspectError):
     """An engine process failed; sglang's log above holds its traceback."""
 
 
@@ -155,8 +159,12 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     from sglang.srt.utils import kill_process_tree
 
     logging.getLogger("sglang.srt.entrypoints.engine").addFilter(_DropSigquitNotice())
+    ours = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    os.environ[patches.LAUNCHER_PID_ENV] = str(os.getpid())  # its children leave stop signals to it
     try:
-        return sglang.Engine(**engine_kwargs(config, str(model_path)))
+        engine = sglang.Engine(**engine_kwargs(config, str(model_path)))
+        _keep_signals(engine, ours)
+        return engine
     except BaseException as exc:
         kill_process_tree(os.getpid(), include_parent=False)  # no half-started engine left behind
         if isinstance(exc, (AssertionError, ValueError)):
@@ -164,6 +172,45 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
         if isinstance(exc, RuntimeError):
             raise EngineStartError(f"the engine failed to start: {_first_line(exc)}") from exc
         raise
+
+
+def _keep_signals(engine: Any, ours: dict[int, Any]) -> None:
+    """sglang's tokenizer manager takes SIGTERM and SIGQUIT over in its event loop when it makes
+    the loop, at the first request from the main thread (drain and exit; SIGKILL its own process
+    tree). The caller's handlers stay in charge instead: the CLI stops with one line and shuts
+    the engine down itself, and a failed child still raises EngineDied."""
+    manager = engine.tokenizer_manager
+    make_loop = manager.auto_create_handle_loop
+
+    def make_loop_keeping_signals() -> None:
+        taken = manager.event_loop is None and threading.current_thread() is threading.main_thread()
+        make_loop()
+        if taken:
+            loop = manager.event_loop
+            for signum in (signal.SIGTERM, signal.SIGQUIT):
+                loop.remove_signal_handler(signum)
+            for signum, handler in ours.items():
+                signal.signal(signum, handler)
+            signal.signal(signal.SIGQUIT, _raise_engine_died)
+            _wake_on_signals(loop)
+
+    manager.auto_create_handle_loop = make_loop_keeping_signals
+
+
+_wakeup: list[socket.socket] = []
+"""The socket pair of `_wake_on_signals` (kept open for the process)."""
+
+
+def _wake_on_signals(loop: Any) -> None:
+    """A Python signal handler runs when the main thread runs Python again: blocked in the
+    loop's select (waiting for the engine's next output) it would wait for ever if the engine
+    died. A signal writes to this socket, which wakes the loop, and the handler runs."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    loop.add_reader(reader.fileno(), lambda: reader.recv(4096))
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    _wakeup[:] = [reader, writer]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import signal
 import sys
 import types
 import warnings
@@ -24,6 +25,8 @@ from typing import Any
 
 ENV_FLAG = "MCINSPECT_CPU_ENGINE"
 """Set to "1" in the embedded CPU engine's processes; nothing is patched otherwise."""
+LAUNCHER_PID_ENV = "MCINSPECT_ENGINE_LAUNCHER_PID"
+"""The pid of the process that started the embedded engine (set by the launcher)."""
 
 # Environment sglang itself reads. Reason: `is_cpu()` is False unless this is set, and the
 # CUDA code paths then import vllm and CUDA kernels.
@@ -54,6 +57,18 @@ def _true() -> bool:
     return True
 
 
+def _leave_stop_signals_to_the_launcher() -> None:
+    """Reason: not sglang's code but its processes. The launcher's process handles Ctrl-C and
+    SIGTERM and shuts the engine down; the processes sglang spawns ignore them, so a terminal's
+    Ctrl-C or a kill of the process group (`timeout`) does not make each die first and print a
+    traceback. They still die with the launcher (sglang kills them, and gives them a
+    parent-death signal)."""
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if launcher and launcher != str(os.getpid()):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def install() -> None:
     """Apply every patch in this process (idempotent)."""
     if getattr(install, "done", False):
@@ -71,6 +86,7 @@ def install() -> None:
         _set_attributes(sys.modules[module_name], patches.pop(module_name))
     sys.meta_path.insert(0, _PostImportPatcher(patches))
     _disable_pin_memory_without_accelerator()
+    _leave_stop_signals_to_the_launcher()
     # Reason: on CPU sglang warns at import that CUDA-only quantization and Triton paths are
     # unavailable; expected here, and repeated by every engine process.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..errors import McinspectError
+from .grouping import ViolationGroup, ViolationGroups, cause_of, group_violations
 from .history import StepView, views
 from .registry import CHECKS, NOT_CHECKED, CheckSpec, UnknownCheck
 from .violation import Violation
@@ -32,18 +34,22 @@ __all__ = [
     "StepView",
     "UnknownCheck",
     "Violation",
+    "ViolationGroup",
+    "ViolationGroups",
+    "cause_of",
     "check_step",
+    "group_violations",
     "run_checks",
     "select",
     "views",
 ]
 
 
-class CheckFailed(RuntimeError):
-    """A check raised on its input (a malformed state, or a bug in the check)."""
+class CheckFailed(McinspectError, RuntimeError):
+    """A check raised on its input (a malformed state, or a bug in the check); `check` exits 2."""
 
-    def __init__(self, name: str, step: int) -> None:
-        super().__init__(f"check {name} failed at step {step}")
+    def __init__(self, name: str, step: int, cause: BaseException) -> None:
+        super().__init__(f"check {name} crashed at step {step}: {type(cause).__name__}: {cause}")
         self.name = name
         self.step = step
 
@@ -80,5 +86,5 @@ def _run(view: StepView, specs: list[CheckSpec]) -> list[Violation]:
         try:
             out += spec.run(view)
         except (AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
-            raise CheckFailed(spec.name, view.step) from error
+            raise CheckFailed(spec.name, view.step, error) from error
     return out

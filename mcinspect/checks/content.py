@@ -14,7 +14,7 @@ clear it is zero) needs fingerprints taken when the deferred copy runs (cow_copy
 from __future__ import annotations
 
 from .history import StepView
-from .violation import Violation, node_label
+from .violation import Violation, name_node
 
 CONTENT = "content-immutable"
 
@@ -43,7 +43,7 @@ def check_content(view: StepView) -> list[Violation]:
                     step=step,
                     nodes=(node,) if node >= 0 else (),
                     slots=(slot,),
-                    reason=f"slot {slot} changed while {node_label(node)} held it: fingerprint {hex_fingerprint(before.content.fingerprint)} at step {before.content.step}, {hex_fingerprint(now.fingerprint)} at step {now.step}",
+                    reason=f"slot {slot} changed while {name_node(node)} held it: fingerprint {hex_fingerprint(before.content.fingerprint)} at step {before.content.step}, {hex_fingerprint(now.fingerprint)} at step {now.step}",
                 )
             )
         claims = state.slots.get(slot, ())
@@ -53,7 +53,7 @@ def check_content(view: StepView) -> list[Violation]:
             out.append(Violation(check=CONTENT, step=step, slots=(slot,), reason=f"slot {slot} ({holders}) holds {now.nonfinite} NaN/Inf values"))
         if now.zero and node is not None:
             # A state after one token or more is never all zeros: the cached slot was never written.
-            out.append(Violation(check=CONTENT, step=step, nodes=(node,) if node >= 0 else (), slots=(slot,), reason=f"slot {slot} cached at {node_label(node)} is all zeros: it was never written"))
+            out.append(Violation(check=CONTENT, step=step, nodes=(node,) if node >= 0 else (), slots=(slot,), reason=f"slot {slot} cached at {name_node(node)} is all zeros: it was never written"))
     return out
 
 

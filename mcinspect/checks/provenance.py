@@ -13,7 +13,7 @@ from ..schema import EvictEvent, InsertEvent, MatchEvent, RequestEvent, SlotClai
 from .history import StepView
 from .ledger import Timeline, replay
 from .slots import describe
-from .violation import Violation, node_label
+from .violation import Violation, name_node
 
 PROVENANCE = "provenance"
 PLAN_SAFETY = "ping-pong-safety"
@@ -88,7 +88,7 @@ def check_plan_safety(view: StepView) -> list[Violation]:
                     nodes=(owner,) if owner >= 0 else (),
                     slots=(event.slot,),
                     rids=(event.rid,),
-                    reason=f"request {event.rid}'s state at position {event.position} is planned into slot {event.slot}, which {node_label(owner)} has cached since step {since}",
+                    reason=f"request {event.rid}'s state at position {event.position} is planned into slot {event.slot}, which {name_node(owner)} has cached since step {since}",
                 )
             )
     return out

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import McinspectError
 from .content import CONTENT, check_content
 from .cow_copy import COW_COPY, check_cow_copy
 from .depth import DEPTH, check_depth
@@ -42,7 +43,7 @@ changed); events: the step's events and the slot ledger folded from earlier step
 fingerprints: `CacheState.contents`; engine-info: `EngineInfo` (strategy, overlap)."""
 
 
-class UnknownCheck(KeyError):
+class UnknownCheck(McinspectError, LookupError):
     """A check name that is not in the registry."""
 
 
@@ -52,7 +53,7 @@ class CheckSpec:
 
     name: str
     invariant: str
-    """Its number in reference/sglang-mamba-cache.md ("1".."9", "T1")."""
+    """Its number among the mamba cache invariants (`mcinspect checks` lists them: "1".."9", "T1")."""
     description: str
     targets: tuple[str, ...]
     """Upstream bug classes (sgl-project/sglang issue or PR numbers) it is meant to catch."""

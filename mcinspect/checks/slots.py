@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 from ..schema import NodeId, RequestRecord, SlotClaim, SlotId
 from .history import StepView
-from .violation import Violation, node_label
+from .violation import Violation, name_node
 
 PARTITION = "slot-partition"
 REQUEST_SLOTS = "request-slots"
@@ -26,7 +26,7 @@ SESSION_PREFIX = "session:"
 def describe(claim: SlotClaim) -> str:
     """A claim as a person reads it: "node 42 (tree)", "request r3 (ping-pong 1)"."""
     if claim.kind == "tree":
-        return f"{node_label(claim.node)} (tree)"
+        return f"{name_node(claim.node)} (tree)"
     if claim.kind == "working":
         return f"request {claim.rid} (working)"
     if claim.kind == "ping_pong":
@@ -154,5 +154,5 @@ def _check_mirrors(request: RequestRecord, tree_owners: dict[SlotId, NodeId], fl
     for index, (held, mirrored) in enumerate(zip(request.ping_pong, mirror)):
         if held != mirrored:
             owner = tree_owners.get(mirrored)
-            cached = f", which {node_label(owner)} has cached" if owner is not None else ""
+            cached = f", which {name_node(owner)} has cached" if owner is not None else ""
             flag(request, f"holds slot {held} as ping-pong {index} but the device mirror the forward tracks into names slot {mirrored}{cached}", mirrored, held)

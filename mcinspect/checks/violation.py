@@ -21,6 +21,6 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True):
     rids: tuple[Rid, ...] = ()
 
 
-def node_label(node: NodeId) -> str:
+def name_node(node: NodeId) -> str:
     """How a reason names a tree node; -1 is a node sglang's Rust tree core does not show."""
     return f"node {node}" if node >= 0 else "a tree node off the visible paths"

@@ -34,6 +34,10 @@ from ._errors import UnknownFocus
 from ._fold import TOP, TreeView, node_box, select
 from ._style import FOCUS_BORDER, FOLD_FILL, NODE_FILL, REQUEST_FILL, SLOT_FILL, VIOLATION_BORDER, legend_label, node_classes, slot_key
 
+FONT = "DejaVu Sans"
+"""The face a Linux desktop draws sans-serif text with, and one whose metrics Graphviz lays
+out with: labels fit their boxes where the SVG is viewed. (Helvetica, Graphviz's usual, is laid
+out with Helvetica's widths and drawn with DejaVu's, ~10% wider, on Linux.)"""
 DEFAULT_MAX_NODES = 500
 """Boxes for tree nodes before a render folds (readable on a screen, laid out in about a second)."""
 STRAIGHT_EDGES_ABOVE = 800
@@ -177,12 +181,13 @@ class _Writer:
         # STRAIGHT_EDGES_ABOVE boxes, spline routing would cost as much again.
         splines = "line" if view.boxes > STRAIGHT_EDGES_ABOVE else "true"
         add(
-            f"  graph [rankdir=LR, labelloc=t, nslimit=1, splines={splines}, fontname=Helvetica, fontsize=12, "
+            f'  graph [rankdir=LR, labelloc=t, nslimit=1, splines={splines}, fontname="{FONT}", fontsize=12, '
             f"label={text.quote(title)}];"
         )
-        add("  node [fontname=Helvetica, fontsize=10, shape=plain];")
-        add("  edge [fontname=Helvetica, fontsize=9, arrowsize=0.6];")
-        add(f'  legend [id="legend", label={legend_label(bool(view.chains or view.folds))}];')
+        add(f'  node [fontname="{FONT}", fontsize=10, shape=plain];')
+        add(f'  edge [fontname="{FONT}", fontsize=9, arrowsize=0.6];')
+        # The legend in a rank of its own past the deepest node: beside the tree, never over it.
+        add(f'  {{ rank=sink; legend [id="legend", label={legend_label(bool(view.chains or view.folds))}]; }}')
         for node in view.nodes:
             self._node(node)
         for node in self.missing:
@@ -208,7 +213,7 @@ class _Writer:
         reasons = self.marks.nodes.get(node, [])
         classes = node_classes(record, bool(reasons)) + (["focus"] if node == self.centre else [])
         page_size = self.state.kv.page_size
-        cells = [f'<TD ALIGN="LEFT">{text.html(text.node_label(record, page_size))}</TD>']
+        cells = [f'<TD ALIGN="LEFT">{text.html(text.node_box_label(record, page_size))}</TD>']
         if record.mamba_slot != -1:
             slot = record.mamba_slot
             claims = self.state.slots.get(slot, [])

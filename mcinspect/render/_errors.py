@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import McinspectError
 
-class RenderError(Exception):
+
+class RenderError(McinspectError):
     """A render could not be produced."""
 
 

@@ -69,7 +69,7 @@ def format_ranges(ranges: list[tuple[int, int]], limit: int | None = None) -> st
     return text + (f" +{len(ranges) - len(shown)} more" if len(shown) < len(ranges) else "")
 
 
-def node_label(record: NodeRecord, page_size: int) -> str:
+def node_box_label(record: NodeRecord, page_size: int) -> str:
     lines = [f"#{record.id}  d{record.depth} +{record.key_len}"]
     if record.kv_evicted:
         lines.append("KV evicted")

@@ -2,8 +2,8 @@
 
 Data flows one way. The source's thread (a Session reader, for a live engine) posts
 `SourceChanged`; the app reads the source, follows the newest frame while live, and a worker
-thread runs the checks over new frames (`Ingestor`, `Ledger`) and posts `LedgerAdvanced`. Selecting a frame
-(live, step back/forward, jump) rebuilds one `StepView` and feeds the visible panels inside
+thread runs the checks over new frames (`Ingestor`, `Findings`) and posts `FindingsAdvanced`. Selecting a frame
+(live, step back/forward, jump) rebuilds one `FrameView` and feeds the visible panels inside
 `batch_update`; hidden tabs catch up when shown.
 """
 
@@ -19,8 +19,8 @@ from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.reactive import var
 from textual.notifications import SeverityLevel
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Static, TabbedContent
 from textual.worker import Worker, WorkerState
@@ -31,13 +31,13 @@ from .commands import palette_commands
 from .details import Selection, detail_text
 from .event_log import EventLog
 from .export import ExportFailed, export_snapshot, export_tree_svg, stamp
-from .grids import PageMap, SlotMap
+from .findings import Findings
 from .gc_tuning import freeze_long_lived, thaw
+from .grids import PageMap, SlotMap
 from .header import HeaderState, StatusHeader
 from .ingest import Ingestor
-from .ledger import Ledger
-from .messages import LedgerAdvanced, SourceChanged
-from .model import StepView
+from .messages import FindingsAdvanced, SourceChanged
+from .model import FrameView
 from .panels import LAYOUT_CSS, TAB_FOCUS, TABS, compose_layout
 from .requests_table import RequestsTable
 from .row_table import RowTable
@@ -117,13 +117,13 @@ class InspectorApp(App[None]):
         # that following a 100k-node cache needs.
         self.animation_level = "none"
         self.source = source
-        self.ledger = Ledger(checker)
+        self.findings = Findings(checker)
         self.clock = clock
         self.export_dir = export_dir or Path.cwd()
-        self.view: StepView | None = None
+        self.view: FrameView | None = None
         self._frames: list[FrameMeta] = []
         self._notified = threading.Event()
-        self._ingestor = Ingestor(self, source, self.ledger)
+        self._ingestor = Ingestor(self, source, self.findings)
         self._last_refresh = 0.0
         self._refresh_timer_armed = False
         self._stale_tabs: set[str] = set(TABS)
@@ -184,9 +184,9 @@ class InspectorApp(App[None]):
         if event.worker.group == "ingest" and event.state is WorkerState.ERROR:
             self.notify(f"checking frames failed: {event.worker.error!r}", severity="error", timeout=30)
 
-    def on_ledger_advanced(self, message: LedgerAdvanced) -> None:
+    def on_findings_advanced(self, message: FindingsAdvanced) -> None:
         if message.new_violations and self.view is not None:
-            here = self.ledger.violations_at(self.view.frame)
+            here = self.findings.violations_at(self.view.frame)
             if here != self.view.violations:
                 self.show_frame(self.view.frame, state=self.view.state)
                 return
@@ -215,7 +215,7 @@ class InspectorApp(App[None]):
             changes = self.source.node_changes(index)
         elif previous is not None and previous.frame == index + 1 and (forward := self.source.node_changes(index + 1)):
             changes = forward.reversed()
-        self.view = StepView(index, cache_state, self.ledger.violations_at(index), previous=previous, changes=changes)
+        self.view = FrameView(index, cache_state, self.findings.violations_at(index), previous=previous, changes=changes)
         self._last_refresh = time.monotonic()
         self._stale_tabs = set(TABS)
         with self.batch_update():
@@ -255,7 +255,7 @@ class InspectorApp(App[None]):
                 frames=len(self._frames),
                 live=self.source.live,
                 following=self.following,
-                violations=len(self.ledger.violations()),
+                violations=len(self.findings.violations()),
                 violations_here=0 if self.view is None else len(self.view.violations),
                 received_at=None if frame is None else frame.received_at,
             )
@@ -284,7 +284,7 @@ class InspectorApp(App[None]):
         elif tab == "events":
             self.query_one(EventLog).show(self._frames, view.frame)
         elif tab == "violations":
-            self.query_one(ViolationsTable).show(self.ledger.violations(), view.frame)
+            self.query_one(ViolationsTable).show(self.findings.violations(), view.frame)
 
     def _page_marks(self) -> bytearray:
         assert self.view is not None
@@ -307,7 +307,7 @@ class InspectorApp(App[None]):
 
     def _refresh_detail(self) -> None:
         detail = self.query_one("#detail", Static)
-        text = detail_text(self.view, self.selection, self.ledger)
+        text = detail_text(self.view, self.selection, self.findings)
         if text != self._detail_shown:  # most live frames leave the selection as it was
             self._detail_shown = text
             # A layout pass restyles the whole screen: only a change of height needs one.
@@ -449,7 +449,7 @@ class InspectorApp(App[None]):
         tree.focus()
 
     def action_next_violation(self) -> None:
-        violations = self.ledger.violations()
+        violations = self.findings.violations()
         if not violations:
             self.notify("no violations so far")
             return

@@ -8,8 +8,8 @@ from typing import Literal
 from rich.text import Text
 
 from ..schema import NodeId, Rid, SlotClaim, SlotId
-from .ledger import Ledger, SlotChange
-from .model import PageId, StepView
+from .findings import Findings, SlotChange
+from .model import FrameView, PageId
 from .palette import PAGE_LABELS, SLOT_LABELS, SLOT_STYLES
 
 _KEY = "bold grey70"
@@ -25,7 +25,7 @@ class Selection:
     """Include what costs a scan of the tree (a page's holders): asked for with enter."""
 
 
-def detail_text(view: StepView | None, sel: Selection, ledger: Ledger) -> Text:
+def detail_text(view: FrameView | None, sel: Selection, findings: Findings) -> Text:
     """The detail pane for `sel` at `view`'s step."""
     if view is None or sel.kind == "none":
         return Text("Select a node, slot, request or page to see it here. ? shows the keys.")
@@ -33,7 +33,7 @@ def detail_text(view: StepView | None, sel: Selection, ledger: Ledger) -> Text:
         return node_details(view, NodeId(int(sel.value)))
     if sel.kind == "slot":
         slot = SlotId(int(sel.value))
-        return slot_details(view, slot, ledger.slot_history(slot, view.frame))
+        return slot_details(view, slot, findings.slot_history(slot, view.frame))
     if sel.kind == "request":
         return request_details(view, Rid(str(sel.value)))
     if int(sel.value) < view.page_count:
@@ -60,7 +60,7 @@ def claim_text(claim: SlotClaim) -> str:
     return " ".join(parts)
 
 
-def node_details(view: StepView, node_id: NodeId) -> Text:
+def node_details(view: FrameView, node_id: NodeId) -> Text:
     node = view.state.nodes.get(node_id)
     if node is None:
         return Text(f"node #{node_id} is not in step {view.state.step}", style="italic")
@@ -84,7 +84,7 @@ def node_details(view: StepView, node_id: NodeId) -> Text:
     return text
 
 
-def slot_details(view: StepView, slot: SlotId, history: list[SlotChange]) -> Text:
+def slot_details(view: FrameView, slot: SlotId, history: list[SlotChange]) -> Text:
     claims = view.state.slots.get(slot)
     if claims is None:
         return Text(f"slot {slot} is not in step {view.state.step}", style="italic")
@@ -117,7 +117,7 @@ def slot_details(view: StepView, slot: SlotId, history: list[SlotChange]) -> Tex
     return text
 
 
-def request_details(view: StepView, rid: Rid) -> Text:
+def request_details(view: FrameView, rid: Rid) -> Text:
     req = view.state.requests.get(rid)
     if req is None:
         return Text(f"request {rid} is not in step {view.state.step}", style="italic")
@@ -142,7 +142,7 @@ def request_details(view: StepView, rid: Rid) -> Text:
     return text
 
 
-def ping_pong_text(view: StepView, rid: Rid) -> str:
+def ping_pong_text(view: FrameView, rid: Rid) -> str:
     """`12•@64 13`: the slots, the last-tracked one marked with its seqlen, `-` for empty."""
     req = view.state.requests[rid]
     parts = []
@@ -157,7 +157,7 @@ def ping_pong_text(view: StepView, rid: Rid) -> str:
     return " ".join(parts) or "-"
 
 
-def page_details(view: StepView, page: PageId, holders: bool) -> Text:
+def page_details(view: FrameView, page: PageId, holders: bool) -> Text:
     """A page's owner flags; with `holders`, the nodes and requests holding it (a scan)."""
     flags = view.page_owners[page]
     first = page * view.page_size

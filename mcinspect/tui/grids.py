@@ -9,7 +9,7 @@ from rich.style import Style
 
 from ..schema import SlotId
 from .cell_grid import CellGrid
-from .model import SlotOwner, StepView
+from .model import FrameView, SlotOwner
 from .palette import (
     GLYPH_LAST_TRACKED,
     GLYPH_MULTIPLE,
@@ -31,9 +31,9 @@ class SlotMap(CellGrid):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.view: StepView | None = None
+        self.view: FrameView | None = None
 
-    def show(self, view: StepView) -> None:
+    def show(self, view: FrameView) -> None:
         """Show another step: only the slots that changed are drawn again."""
         shown, self.view = self.view, view
         if shown is None or shown.slot_ids != view.slot_ids:
@@ -80,12 +80,12 @@ class PageMap(CellGrid):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.view: StepView | None = None
+        self.view: FrameView | None = None
         self._owners = b""
         self._marked = b""
 
-    def show(self, view: StepView, marked: bytearray) -> None:
-        """Show the step's pages; `marked` has 1 per page to highlight (see StepView.pages_of).
+    def show(self, view: FrameView, marked: bytearray) -> None:
+        """Show the step's pages; `marked` has 1 per page to highlight (see FrameView.pages_of).
         Only rows whose pages look different are drawn again."""
         self.view = view
         self._owners = view.page_owners

@@ -1,7 +1,7 @@
-"""Feeding new frames to the ledger (checks, slot history) on a worker thread, in order.
+"""Feeding new frames to the findings (checks, slot history) on a worker thread, in order.
 
 One worker at a time: `kick` starts it when frames are waiting and none is running; it drains
-every frame not yet ingested, posts `LedgerAdvanced` after each batch, and stops when caught up.
+every frame not yet ingested, posts `FindingsAdvanced` after each batch, and stops when caught up.
 """
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ import threading
 
 from textual.app import App
 
-from .ledger import Ledger
-from .messages import LedgerAdvanced
+from .findings import Findings
+from .messages import FindingsAdvanced
 from .source import DataSource, FrameGone
 
 
 class Ingestor:
-    """Runs `ledger.ingest` over a source's new frames off the UI thread."""
+    """Runs `findings.ingest` over a source's new frames off the UI thread."""
 
-    def __init__(self, app: App[None], source: DataSource, ledger: Ledger) -> None:
+    def __init__(self, app: App[None], source: DataSource, findings: Findings) -> None:
         self._app = app
         self._source = source
-        self._ledger = ledger
+        self._ledger = findings
         self._lock = threading.Lock()
         self._running = False
 
@@ -48,9 +48,9 @@ class Ingestor:
                     try:
                         state = self._source.state_at(frame.index)
                     except FrameGone:
-                        continue  # left the history before its turn: the ledger sees a hole
+                        continue  # left the history before its turn: the findings sees a hole
                     found += len(self._ledger.ingest(frame, state))
-                self._app.post_message(LedgerAdvanced(found))
+                self._app.post_message(FindingsAdvanced(found))
         except BaseException:
             with self._lock:
                 self._running = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..target import Target
@@ -29,15 +30,18 @@ def attach_app(target: Target, token: str, every_step: bool = False) -> Inspecto
     return InspectorApp(source, checker=checks_checker(source.engine))
 
 
-def run_replay(path: str) -> None:
-    """Run the TUI over a recording file; raises mcinspect.recording.RecordingError (one line)."""
-    source = load_recording(path)
+def run_replay(source: ReplaySource) -> None:
+    """Run the TUI over a recording (`load_recording`)."""
     InspectorApp(source, checker=checks_checker(source.engine)).run()
 
 
-def load_recording(path: str) -> ReplaySource:
-    """A recording as a DataSource (the one place that knows mcinspect.recording's API)."""
-    from ..recording import RecordingReader
+def load_recording(path: str, on_warning: Callable[[str], None] | None = None) -> ReplaySource:
+    """A recording as a DataSource (the one place that knows mcinspect.recording's API); raises
+    mcinspect.recording.RecordingError (one line); `on_warning` hears of a truncated file."""
+    from ..recording import RecordingReader, StepNotRecorded
 
-    reader = RecordingReader(path)
-    return ReplaySource(list(reader), reader.info, Path(path).name)
+    reader = RecordingReader(path, on_warning=on_warning)
+    frames = list(reader)
+    if not frames:
+        raise StepNotRecorded(f"{path} holds no whole frame: nothing to replay")
+    return ReplaySource(frames, reader.info, Path(path).name)

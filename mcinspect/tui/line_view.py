@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 from rich.style import Style
-from textual import events
 from textual.geometry import Region, Size
 from textual.reactive import var
 from textual.scroll_view import ScrollView
@@ -21,14 +20,17 @@ from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from .sized_by_layout import ViewScrollBar
+from .textual_internals import MeasuredOnce, QuietFocus, fill_scrollbar_slot, scroll_update, scrollbar_slot, start_widget
 
 KeyT = TypeVar("KeyT")
 """A subclass's line key (compared with `==`, so a key may hold unhashable records)."""
 
 
-class LineView(ScrollView, Generic[KeyT]):
+class LineView(QuietFocus, MeasuredOnce, ScrollView, Generic[KeyT]):
     """A ScrollView whose subclasses say what a line shows (`line_key`) and draw it (`draw_line`),
-    and repaint the lines the cursor leaves and enters (`watch_cursor`)."""
+    and repaint the lines the cursor leaves and enters (`watch_cursor`). A focus change repaints
+    only the cursor's lines (QuietFocus: the subclasses' on_focus / on_blur); scrollbars repaint
+    only when what they show changed (MeasuredOnce)."""
 
     # `var`: a subclass's watch_cursor repaints the two lines that changed (or the view, when it
     # scrolls); a reactive would repaint every line on screen per key.
@@ -41,8 +43,6 @@ class LineView(ScrollView, Generic[KeyT]):
         super().__init__(id=id)
         self._painted: dict[int, KeyT] = {}
         """Per screen line, the key it was last painted with."""
-        self._measured: tuple[Size, Size, Size] | None = None
-        """(size, virtual size, container size) at the latest layout pass that changed one."""
 
     def line_key(self, y: int) -> KeyT:
         """What screen line `y` shows: lines with equal keys look the same."""
@@ -69,7 +69,7 @@ class LineView(ScrollView, Generic[KeyT]):
         if self.styles.auto_dimensions:  # the view's own size follows its content
             self.refresh(layout=True)
         elif self.container_size:
-            self._scroll_update(size)
+            scroll_update(self, size)
         else:
             self._expect_scrollbars(size)
 
@@ -88,15 +88,18 @@ class LineView(ScrollView, Generic[KeyT]):
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
-        if self._vertical_scrollbar is None:
-            self._vertical_scrollbar = self._start_scrollbar(vertical=True)
-        return self._vertical_scrollbar
+        return self._scrollbar(vertical=True)
 
     @property
     def horizontal_scrollbar(self) -> ScrollBar:
-        if self._horizontal_scrollbar is None:
-            self._horizontal_scrollbar = self._start_scrollbar(vertical=False)
-        return self._horizontal_scrollbar
+        return self._scrollbar(vertical=False)
+
+    def _scrollbar(self, *, vertical: bool) -> ScrollBar:
+        bar = scrollbar_slot(self, vertical=vertical)
+        if bar is None:
+            bar = self._start_scrollbar(vertical=vertical)
+            fill_scrollbar_slot(self, bar, vertical=vertical)
+        return bar
 
     def _start_scrollbar(self, *, vertical: bool) -> ScrollBar:
         # As Widget's own, but a bar sized in one pass (SizedByLayout) and styled now: Textual
@@ -106,35 +109,9 @@ class LineView(ScrollView, Generic[KeyT]):
             name="vertical" if vertical else "horizontal",
             thickness=self.scrollbar_size_vertical if vertical else self.scrollbar_size_horizontal,
         )
-        self.app._start_widget(self, bar)
+        start_widget(self.app, self, bar)
         self.app.stylesheet.apply(bar)
         return bar
-
-    def _on_focus(self, event: events.Focus) -> None:
-        # Widget's own also repaints every line (~4 ms for the tree's, on `1` from the tree):
-        # the lines the focus changes (the cursor's) repaint themselves in the subclasses'
-        # on_focus / on_blur, and a :focus style repaints through the restyle.
-        event.prevent_default()
-        self.has_focus = True
-        if self.parent is not None:
-            self.parent.post_message(events.DescendantFocus(self))
-
-    def _on_blur(self, event: events.Blur) -> None:
-        event.prevent_default()  # as in _on_focus
-        self.has_focus = False
-        if self.parent is not None:
-            self.parent.post_message(events.DescendantBlur(self))
-
-    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
-        # ScrollView compares `virtual_size` (here the viewport the compositor measured) with its
-        # own (the content), which differ whenever the view scrolls: every layout pass anywhere
-        # on screen repainted this view's scrollbars (~1 ms each). Update them when what they
-        # show changed.
-        measured = (size, self.virtual_size, container_size)
-        if measured == self._measured:
-            return False
-        self._measured = measured
-        return super()._size_updated(size, virtual_size, container_size, layout)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self.base_style = self.rich_style

@@ -9,7 +9,7 @@ class SourceChanged(Message):
     """The data source has new frames or another connection state (from the reader thread)."""
 
 
-class LedgerAdvanced(Message):
+class FindingsAdvanced(Message):
     """The ingest worker checked more frames (from the worker thread)."""
 
     def __init__(self, new_violations: int) -> None:

@@ -1,6 +1,6 @@
 """What the panels derive from one CacheState: tree index, slot owners, page owners.
 
-A `StepView` wraps the state at the selected frame and computes each index the first time a
+A `FrameView` wraps the state at the selected frame and computes each index the first time a
 panel asks for it (a hidden panel costs nothing). All of it is read-only and rebuilt per frame;
 nothing here touches Textual.
 """
@@ -14,7 +14,7 @@ from typing import NewType
 from ..schema import CacheState, NodeId, NodeRecord, Rid, Runs, SlotClaim, SlotId, pack_tokens
 from .page_index import TreePages, paint
 from .source import NodeChanges
-from .tree_index import ROOT_PARENT, ChildIndex, build_children, patch_children
+from .tree_index import ChildIndex, build_children, patch_children
 from .violations import ViolationRow
 
 PageId = NewType("PageId", int)
@@ -94,7 +94,7 @@ def _or_bytes(*layers: bytearray) -> bytes:
     return total.to_bytes(len(layers[0]), "little")
 
 
-class StepView:
+class FrameView:
     """The state at one frame plus lazily built indices for the panels."""
 
     def __init__(
@@ -102,7 +102,7 @@ class StepView:
         frame: int,
         state: CacheState,
         violations: list[ViolationRow],
-        previous: StepView | None = None,
+        previous: FrameView | None = None,
         changes: NodeChanges | None = None,
     ) -> None:
         """`previous`: the view shown before, whose indices this one may patch instead of
@@ -187,7 +187,7 @@ class StepView:
     def violating_slots(self) -> set[SlotId]:
         return {slot for v in self.violations for slot in v.violation.slots}
 
-    def slots_changed_since(self, other: StepView) -> set[SlotId]:
+    def slots_changed_since(self, other: FrameView) -> set[SlotId]:
         """Slots that may look different in the slot map than at `other`'s step: their claims
         differ, or a violation names them at one step only. Claim lists are replaced, never
         edited, when a slot changes, so identity settles most slots without comparing them."""

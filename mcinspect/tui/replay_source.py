@@ -1,18 +1,19 @@
 """A DataSource over a recording: its frames in memory, states rebuilt on demand.
 
 Holding every step's full state would cost a state per frame (100k nodes x 1,000 frames is
-gigabytes); this keeps the recording's deltas and a keyframe every KEYFRAME_EVERY frames (a
-shallow copy: records are shared), as a Session does, and rebuilds a frame from the keyframe
-before it plus at most KEYFRAME_EVERY - 1 deltas.
+gigabytes); the frames go through the one replay path (replay.py) into a FrameHistory as a
+Session's do: the deltas and a keyframe every KEYFRAME_EVERY frames (a shallow copy: records
+are shared), so a frame is rebuilt from the keyframe before it plus at most
+KEYFRAME_EVERY - 1 deltas.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 
-from ..schema import copy_state
-from ..schema import CacheState, Delta, EngineInfo, Seq, Snapshot, Step, apply_delta
+from ..frame_history import FrameEvicted, FrameHistory
+from ..replay import Replay
+from ..schema import CacheState, Delta, EngineInfo, Seq, Snapshot, Step
 from .source import FrameGone, FrameMeta, NodeChanges, SourceHealth
 from .static_source import StaticFrame
 
@@ -30,30 +31,21 @@ class ReplaySource:
         self._info = info
         self._frames = list(frames)
         self._metas: list[StaticFrame] = []
-        self._keyframes: dict[int, CacheState] = {}
-        self._keyframe_at: list[int] = []
-        """Sorted frame indices that hold a keyframe."""
-        state: CacheState | None = None
+        self._history: FrameHistory[StaticFrame] = FrameHistory(max(1, len(self._frames)), KEYFRAME_EVERY)
+        replay = Replay(name=name)
         for index, frame in enumerate(self._frames):
-            if isinstance(frame, Snapshot):
-                state = copy_state(frame.state)
-            else:
-                assert state is not None, "a recording starts with a Snapshot"
-                apply_delta(state, frame)
-            if isinstance(frame, Snapshot) or index % KEYFRAME_EVERY == 0:
-                self._keyframes[index] = copy_state(state)
-                self._keyframe_at.append(index)
-            self._metas.append(
-                StaticFrame(
-                    index=index,
-                    seq=Seq(frame.seq),
-                    step=Step(state.step),
-                    received_at=0.0,  # recordings keep no wall-clock time per frame
-                    events=tuple(frame.events) if isinstance(frame, Delta) else (),
-                    resync=isinstance(frame, Snapshot),
-                    engine=frame.counters,
-                )
+            state = replay.apply(index, frame)
+            meta = StaticFrame(
+                index=index,
+                seq=Seq(frame.seq),
+                step=Step(state.step),
+                received_at=0.0,  # recordings keep no wall-clock time per frame
+                events=tuple(frame.events) if isinstance(frame, Delta) else (),
+                resync=isinstance(frame, Snapshot),
+                engine=frame.counters,
             )
+            self._metas.append(meta)
+            self._history.append(meta, frame if isinstance(frame, Delta) else None, state)
 
     def start(self, notify: Callable[[], None]) -> None:
         notify()
@@ -71,14 +63,10 @@ class ReplaySource:
         return self._metas
 
     def state_at(self, index: int) -> CacheState:
-        if not 0 <= index < len(self._frames):
-            raise FrameGone(f"frame {index} is not in the recording")
-        base = self._keyframe_at[bisect.bisect_right(self._keyframe_at, index) - 1]
-        state = copy_state(self._keyframes[base])
-        for frame in self._frames[base + 1 : index + 1]:
-            assert isinstance(frame, Delta)  # every Snapshot is a keyframe
-            apply_delta(state, frame)
-        return state
+        try:
+            return self._history.state_at(index)
+        except FrameEvicted:
+            raise FrameGone(f"frame {index} is not in the recording") from None
 
     def node_changes(self, index: int) -> NodeChanges | None:
         return NodeChanges.of(self._frames[index]) if 0 <= index < len(self._frames) else None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from ..schema import RequestRecord, Rid
 from .details import ping_pong_text
-from .model import StepView
+from .model import FrameView
 from .row_table import Cells, RowTable
 
 
-def request_cells(view: StepView, req: RequestRecord) -> Cells:
+def request_cells(view: FrameView, req: RequestRecord) -> Cells:
     return (
         req.rid,
         req.state,
@@ -26,7 +26,7 @@ class RequestsTable(RowTable):
 
     COLUMNS = ("rid", "state", "row", "prefix", "committed", "working", "ping-pong (•last@seqlen)", "COW src")
 
-    def show(self, view: StepView) -> None:
+    def show(self, view: FrameView) -> None:
         """Show the step's requests; the cursor stays on its rid."""
         requests = view.state.requests
         self.set_rows([(rid, request_cells(view, requests[rid])) for rid in sorted(requests)])

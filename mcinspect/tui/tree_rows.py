@@ -1,7 +1,7 @@
 """The radix tree as visible rows: only expanded nodes' children, a page of them at a time.
 
-Pure functions over a StepView; the widget renders just the rows on screen. The walk is
-iterative (STYLE.md, rich's tree): a chain as deep as a long conversation cannot overflow.
+Pure functions over a FrameView; the widget renders just the rows on screen. The walk is
+iterative (as rich's tree is): a chain as deep as a long conversation cannot overflow.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..node_text import node_text
 from ..schema import NodeId, NodeRecord
-from .model import StepView
+from .model import FrameView
 from .tree_index import ROOT_PARENT
 
 CHILD_PAGE = 100
@@ -32,7 +32,7 @@ class TreeRow:
     """For a placeholder: how many children of `node` are still hidden."""
 
 
-def build_rows(view: StepView, expanded: set[NodeId], limits: dict[NodeId, int]) -> list[TreeRow]:
+def build_rows(view: FrameView, expanded: set[NodeId], limits: dict[NodeId, int]) -> list[TreeRow]:
     """Rows for the expanded part of the tree, in display order."""
     children = view.children
     rows: list[TreeRow] = []
@@ -56,7 +56,7 @@ def build_rows(view: StepView, expanded: set[NodeId], limits: dict[NodeId, int])
     return rows
 
 
-def limit_to_show(view: StepView, node: NodeId, limits: dict[NodeId, int]) -> None:
+def limit_to_show(view: FrameView, node: NodeId, limits: dict[NodeId, int]) -> None:
     """Raise the child limit of `node`'s parent so that `node` gets a row."""
     record = view.state.nodes.get(node)
     if record is None:
@@ -86,7 +86,7 @@ class RowMarks:
 _DIM = Style(color="grey50")
 
 
-def node_label(node: NodeRecord, level: int, marks: RowMarks) -> Text:
+def node_row_text(node: NodeRecord, level: int, marks: RowMarks) -> Text:
     """`▾ #12 [0..64) S5 L1/1 evictable  151644 872 …` with colours by state."""
     text = Text(no_wrap=True, overflow="crop")
     text.append(_indent(level))

@@ -23,10 +23,10 @@ from textual.strip import Strip
 
 from ..schema import NodeId, NodeRecord
 from .line_view import LineView
-from .model import StepView
+from .model import FrameView
 from .palette import ROW_CURSOR_STYLE, UNFOCUSED_CURSOR_STYLE
 from .tree_index import ROOT_PARENT
-from .tree_rows import CHILD_PAGE, RowMarks, TreeRow, build_rows, limit_to_show, more_label, node_label
+from .tree_rows import CHILD_PAGE, RowMarks, TreeRow, build_rows, limit_to_show, more_label, node_row_text
 
 LineKey = tuple[TreeRow | None, NodeRecord | None, RowMarks | None, Style | None, int, Style]
 """What a line shows: the row (None past the last), the node record (None on a "more" row),
@@ -78,7 +78,7 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.view: StepView | None = None
+        self.view: FrameView | None = None
         self.expanded: set[NodeId] = set()
         self._limits: dict[NodeId, int] = {}
         self._rows: list[TreeRow] = []
@@ -89,7 +89,7 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
 
     # --- feeding ---------------------------------------------------------------------
 
-    def show(self, view: StepView) -> None:
+    def show(self, view: FrameView) -> None:
         """Show another step; expansion and the cursor's node carry over."""
         keep = self.cursor_node
         self.view = view
@@ -229,7 +229,7 @@ class RadixTreeView(LineView[LineKey], can_focus=True):
         cached = self._lines.get(cache_key)
         if cached is not None and cached[0] is node:
             return cached[1]
-        text = more_label(row) if node is None or marks is None else node_label(node, row.level, marks)
+        text = more_label(row) if node is None or marks is None else node_row_text(node, row.level, marks)
         text.stylize_before(base)
         if cursor is not None:
             text.pad_right(width)  # the cursor bar spans the pane

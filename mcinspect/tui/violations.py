@@ -1,8 +1,8 @@
 """Violations as the inspector lists them, and the one place that drives mcinspect.checks.
 
-The checks are pure functions over a chain of `checks.StepView`s (DESIGN.md, "Checks"); the
-app feeds them frame by frame off the UI thread through a `Checker`. `checks_checker` is the
-only function that knows the checks' API.
+The checks are pure functions over a chain of `checks.StepView`s (mcinspect/checks); the
+app feeds them frame by frame off the UI thread through a `Checker`, which wraps the one
+check driver (check_driver.py) that `mcinspect check` uses too.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import checks
-from ..checks import Violation
-from ..schema import CacheState, Counters, EngineInfo, NodeId, Rid, SlotId, Step
+from ..check_driver import CheckDriver
+from ..checks import CheckFailed, Violation
+from ..schema import CacheState, EngineInfo, NodeId, Rid, SlotId, Step
 from .source import FrameMeta
 
 
@@ -55,23 +55,14 @@ this frame) -> its violations. Called once per frame, in frame order."""
 
 
 def checks_checker(engine: Callable[[], EngineInfo | None]) -> Checker:
-    """All of mcinspect.checks as a Checker; `engine` gives the EngineInfo once known."""
-    view: checks.StepView | None = None
-    counters = Counters()
+    """All of mcinspect.checks as a Checker (through the one driver, check_driver.py); `engine`
+    gives the EngineInfo once known."""
+    driver = CheckDriver(engine)
 
     def run(previous: CacheState | None, state: CacheState, frame: FrameMeta) -> list[Violation]:
-        nonlocal view, counters
-        # A step whose events may be incomplete (a resync, or drops / hook errors / unobserved
-        # steps before it) must not be reasoned about from events: the checks restart from it.
-        whole = previous is not None and view is not None and not frame.resync and frame.engine.events_continue(counters)
-        counters = frame.engine
-        if view is None:
-            view = checks.StepView.first(state, frame.events, engine())
-        else:
-            view = view.next(state, frame.events, contiguous=whole)
         try:
-            return checks.check_step(view)
-        except checks.CheckFailed as exc:  # a check choking on this state is itself worth a row
-            return [Violation(check=exc.name, step=view.step, reason=f"the check failed on this step: {exc.__cause__!r}")]
+            return driver.step(state, frame.events, counters=frame.engine, restart=previous is None or frame.resync)
+        except CheckFailed as exc:  # a check choking on this state is itself worth a row
+            return [Violation(check=exc.name, step=Step(exc.step), reason=f"the check failed on this step: {exc.__cause__!r}")]
 
     return run

@@ -35,7 +35,7 @@ from mcinspect.schema import (
     pack_tokens,
 )
 from mcinspect.tui import InspectorApp, StaticSource
-from mcinspect.tui.model import StepView
+from mcinspect.tui.model import FrameView
 from mcinspect.tui.source import NodeChanges
 from mcinspect.tui.static_source import StaticFrame
 
@@ -162,7 +162,7 @@ async def main() -> None:
         states.append(state)
         changes.append(change)
     began = time.perf_counter()
-    StepView(0, states[0], []).tree_pages
+    _ = FrameView(0, states[0], []).tree_pages  # the timed build
     print(f"{'page index: build (worker, once)':<34} {(time.perf_counter() - began) * 1000:7.1f} ms")
     source = GrowingSource(states=states, changes=changes, name="bench")
     app = InspectorApp(source, checker=None)

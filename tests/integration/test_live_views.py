@@ -13,9 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_runs import MCINSPECT
-from live_demo import LiveDemo, snapshot_of
-from tree_lines import parse_tree
 
 from mcinspect.diff import diff_states
 from mcinspect.recording import Frame, RecordingReader
@@ -23,8 +20,8 @@ from mcinspect.render import DotNotFound, find_dot
 from mcinspect.schema import (
     CacheState,
     Delta,
-    EvictEvent,
     Event,
+    EvictEvent,
     InsertEvent,
     LockEvent,
     NodeId,
@@ -34,6 +31,10 @@ from mcinspect.schema import (
     apply_delta,
     copy_state,
 )
+
+from engine_runs import MCINSPECT
+from live_demo import LiveDemo, snapshot_of
+from tree_lines import parse_tree
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ def recorded(live: LiveDemo) -> Recorded:
         time.sleep(0.5)
     live.recorder.send_signal(signal.SIGINT)
     _, stderr = live.recorder.communicate(timeout=30)
-    assert live.recorder.returncode == 0, stderr
+    assert live.recorder.returncode == 130 and stderr.strip().splitlines()[-1] == "stopped", stderr  # Ctrl-C's code
     reader = RecordingReader(live.recording)
     frames = list(reader)
     assert not reader.truncated and not reader.warnings, reader.warnings

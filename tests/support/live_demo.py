@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
-from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
 
-from mcinspect.client import EngineUnreachable, request
+from mcinspect.client import EngineUnreachable, client_socket, request
 from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, encoder
 from mcinspect.session import Session
 from mcinspect.target import Target
+
+from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
 
 REQUESTS = 160
 MALFORMED = 1000
@@ -73,12 +74,17 @@ def _flood(target: Target, count: int) -> int:
         lambda i: encoder.encode({"type": "Hello", "schema_version": "two"}),
         lambda i: encoder.encode({"type": "Reboot", "schema_version": SCHEMA_VERSION}),
     ]
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
+    # A client of the engine's own user (it holds the key): CURVE keeps everyone else out.
+    dealer = client_socket(zmq.Context.instance(), zmq.DEALER, target.host, target.port, "")
     dealer.connect(target.address)
     for i in range(count):
         dealer.send(kinds[i % len(kinds)](i))
-    time.sleep(1.0)
+    # Every one is answered (a refusal with its reason), at the pace the request thread's time
+    # share allows: the count is only final once the last answer is back.
+    answered, deadline = 0, time.monotonic() + 60
+    while answered < count and dealer.poll(max(1, int(1000 * (deadline - time.monotonic())))):
+        dealer.recv()
+        answered += 1
     dealer.close()
     return count
 

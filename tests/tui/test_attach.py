@@ -11,10 +11,7 @@ import threading
 import time
 
 import msgspec
-from facts import states
-from helpers import pilot_until, run_async
 from snapshot_apps.replay_app import RECORDINGS, claimed_twice
-from waiting import until
 
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import SCHEMA_VERSION, Delta, Snapshot, Stats
@@ -25,6 +22,10 @@ from mcinspect.tui.session_source import OnFrame
 from mcinspect.tui.static_source import StaticFrame
 from mcinspect_engine_hooks.publisher import Publisher
 from mcinspect_engine_hooks.server import RequestServer
+
+from facts import states
+from helpers import pilot_until, run_async
+from waiting import until
 
 
 class RecordedEngine:
@@ -88,7 +89,7 @@ async def test_attach_follows_the_engine_and_survives_its_exit() -> None:
             await pilot_until(pilot, lambda: app.view.state.step == newest)
             assert app.view.state == states("fault")[-1]
             expected = _replayed_violations()
-            await pilot_until(pilot, lambda: [(v.step, v.violation.slots) for v in app.ledger.violations()] == expected)
+            await pilot_until(pilot, lambda: [(v.step, v.violation.slots) for v in app.findings.violations()] == expected)
             assert source.node_changes(app.view.frame) is not None  # deltas reach the views
             engine.stop()
             await pilot_until(pilot, lambda: source.health().status == "disconnected")

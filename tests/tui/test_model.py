@@ -1,4 +1,4 @@
-"""The pure parts: slot and page classification, page index, tree rows, search, ledger, key tables."""
+"""The pure parts: slot and page classification, page index, tree rows, search, findings, key tables."""
 
 from __future__ import annotations
 
@@ -6,26 +6,24 @@ import random
 import re
 
 import msgspec
-from facts import first_double_claim, states
 from snapshot_apps.replay_app import load
 
 from mcinspect.schema import CacheState, KvState, NodeId, NodeRecord, SlotClaim, SlotId, Step, pack_tokens
 from mcinspect.tui.app import InspectorApp
-from mcinspect.tui.ledger import Ledger
-from mcinspect.tui.model import PageOwner, SlotOwner, StepView, runs_after, slot_owner
+from mcinspect.tui.findings import Findings
+from mcinspect.tui.model import FrameView, PageOwner, SlotOwner, runs_after, slot_owner
 from mcinspect.tui.page_index import TreePages
 from mcinspect.tui.source import NodeChanges
 from mcinspect.tui.tree_index import ROOT_PARENT, build_children, patch_children
 from mcinspect.tui.tree_rows import CHILD_PAGE, build_rows, limit_to_show
 
+import factory
+from facts import first_double_claim, states
+
 
 def _node(node_id: int, parent: int, tokens: list[int] | None = None, runs=None) -> NodeRecord:
     tokens = tokens or [node_id]
-    return NodeRecord(
-        id=NodeId(node_id), parent=NodeId(parent), depth=0, key_len=len(tokens), tokens=pack_tokens(tokens), key_hash=0,
-        kv_runs=runs or [], kv_evicted=False, mamba_slot=SlotId(-1), full_lock=0, mamba_lock=0, in_full_lru=True,
-        in_mamba_lru=False, evictable=True, last_access=0.0, hit_count=0, tombstone=False,
-    )  # fmt: skip
+    return factory.node(node_id, parent, 0, len(tokens), tokens=pack_tokens(tokens), key_hash=0, kv_runs=runs or [])
 
 
 def _state(nodes: list[NodeRecord], free_runs=None, size: int = 64) -> CacheState:
@@ -51,18 +49,18 @@ def test_runs_after_drops_the_protected_prefix() -> None:
 
 
 def test_page_owners_flag_free_and_held_pages() -> None:
-    view = StepView(0, _state([_node(1, -1, runs=[(0, 8)])], free_runs=[(4, 8)], size=16), [])
+    view = FrameView(0, _state([_node(1, -1, runs=[(0, 8)])], free_runs=[(4, 8)], size=16), [])
     assert list(view.page_owners) == [PageOwner.TREE, PageOwner.TREE | PageOwner.FREE, PageOwner.FREE, PageOwner.NONE]
 
 
 def test_runs_outside_the_pool_are_clipped() -> None:
-    view = StepView(0, _state([_node(1, -1, runs=[(12, 100)]), _node(2, -1, runs=[(-8, 4)])], size=16), [])
+    view = FrameView(0, _state([_node(1, -1, runs=[(12, 100)]), _node(2, -1, runs=[(-8, 4)])], size=16), [])
     assert list(view.page_owners) == [PageOwner.NONE, PageOwner.NONE, PageOwner.NONE, PageOwner.TREE]
 
 
 def test_search_matches_whole_tokens_only() -> None:
     # 256 = 0x100: its bytes appear inside [1, 1] shifted by one byte; that is not a match.
-    view = StepView(0, _state([_node(1, -1, [1, 1, 7]), _node(2, 1, [256, 7])]), [])
+    view = FrameView(0, _state([_node(1, -1, [1, 1, 7]), _node(2, 1, [256, 7])]), [])
     assert view.search_tokens([256]) == [2]
     assert view.search_tokens([1, 7]) == [1]
     assert view.search_tokens([7]) == [1, 2]
@@ -70,7 +68,7 @@ def test_search_matches_whole_tokens_only() -> None:
 
 def test_rows_page_children_and_reveal() -> None:
     nodes = [_node(0, -1)] + [_node(i, 0) for i in range(1, CHILD_PAGE + 51)]
-    view = StepView(0, _state(nodes), [])
+    view = FrameView(0, _state(nodes), [])
     rows = build_rows(view, {NodeId(0)}, {})
     assert len(rows) == 1 + CHILD_PAGE + 1 and rows[-1].more == 50
     limits: dict[NodeId, int] = {}
@@ -81,7 +79,7 @@ def test_rows_page_children_and_reveal() -> None:
 
 def test_a_deep_chain_needs_no_recursion() -> None:
     depth = 20_000
-    view = StepView(0, _state([_node(i, i - 1) for i in range(depth)]), [])
+    view = FrameView(0, _state([_node(i, i - 1) for i in range(depth)]), [])
     assert view.children[ROOT_PARENT] == (0,)
     assert len(build_rows(view, set(range(depth)), {})) == depth
     assert len(view.path_to(NodeId(depth - 1))) == depth
@@ -124,19 +122,19 @@ def test_ledger_records_slot_history_and_checks_in_order() -> None:
         return []
 
     source, fault = load("fault"), states("fault")
-    ledger = Ledger(checker)
+    findings = Findings(checker)
     for frame in source.frames():
-        ledger.ingest(frame, source.state_at(frame.index))
-    assert seen == list(range(len(fault))) and ledger.next_frame == len(fault)
+        findings.ingest(frame, source.state_at(frame.index))
+    assert seen == list(range(len(fault))) and findings.next_frame == len(fault)
     claimed, slot = first_double_claim()
     expected = [(fault[0].step, list(fault[0].slots[slot]))] + [
         (state.step, list(state.slots[slot]))
         for before, state in zip(fault[:claimed], fault[1 : claimed + 1])
         if state.slots[slot] != before.slots[slot] or state.contents.get(slot) != before.contents.get(slot)
     ]
-    history = ledger.slot_history(slot, up_to_frame=claimed)
+    history = findings.slot_history(slot, up_to_frame=claimed)
     assert [(change.step, list(change.claims)) for change in history] == expected
-    assert len(history[-1].claims) == 2 and ledger.slot_history(slot, up_to_frame=0) == history[:1]
+    assert len(history[-1].claims) == 2 and findings.slot_history(slot, up_to_frame=0) == history[:1]
 
 
 def _pages_node(node_id: int, runs: list[tuple[int, int]], evicted: bool = False) -> NodeRecord:
@@ -178,13 +176,13 @@ def test_patched_tree_pages_equal_a_fresh_build() -> None:
 
 def test_page_owners_patch_through_views_that_never_showed_pages() -> None:
     fault = states("fault")
-    first = StepView(0, fault[0], [])
+    first = FrameView(0, fault[0], [])
     assert first.page_owners
     view = first
     for frame in range(1, len(fault)):
-        view = StepView(frame, fault[frame], [], previous=view)
+        view = FrameView(frame, fault[frame], [], previous=view)
         if frame % 30 == 0:  # the page map shown now and then: patched from the last build
-            assert view.page_owners == StepView(frame, fault[frame], []).page_owners
+            assert view.page_owners == FrameView(frame, fault[frame], []).page_owners
 
 
 def test_app_docstring_table_lists_every_binding() -> None:
@@ -205,10 +203,10 @@ def test_a_step_back_patches_with_the_later_frames_changes_reversed() -> None:
     """Inserts, splits and evictions of the real engine, undone one frame at a time."""
     source, fault = load("fault"), states("fault")
     for index in range(len(fault) - 1, 0, -1):
-        later = StepView(index, fault[index], [])
+        later = FrameView(index, fault[index], [])
         assert later.children and later.page_owners
         forward = source.node_changes(index)
         assert forward is not None
-        earlier = StepView(index - 1, fault[index - 1], [], previous=later, changes=forward.reversed())
+        earlier = FrameView(index - 1, fault[index - 1], [], previous=later, changes=forward.reversed())
         assert earlier.children == build_children(fault[index - 1].nodes)
-        assert earlier.page_owners == StepView(index - 1, fault[index - 1], []).page_owners
+        assert earlier.page_owners == FrameView(index - 1, fault[index - 1], []).page_owners

@@ -5,13 +5,11 @@ recording's states here, independently of the panels."""
 from __future__ import annotations
 
 import msgspec
-from facts import ancestors, first_double_claim, pages, states
-from helpers import pilot_until, run_async, settle
 from rich.segment import Segment
 from snapshot_apps.replay_app import load, make_app
 from textual.geometry import Region
 
-from mcinspect.schema import CacheState, InsertEvent, NodeId, Rid, SlotClaim, Snapshot, SlotId
+from mcinspect.schema import CacheState, InsertEvent, NodeId, Rid, SlotClaim, SlotId, Snapshot
 from mcinspect.tui import InspectorApp, StaticSource
 from mcinspect.tui.app import Selection
 from mcinspect.tui.grids import PageMap, SlotMap
@@ -21,6 +19,9 @@ from mcinspect.tui.palette import SLOT_STYLES, VIOLATION_STYLE
 from mcinspect.tui.requests_table import RequestsTable
 from mcinspect.tui.screens import HelpScreen
 from mcinspect.tui.tree_view import RadixTreeView
+
+from facts import ancestors, first_double_claim, pages, states
+from helpers import pilot_until, run_async, settle
 
 SIZE = (120, 36)
 FAULT = load("fault")
@@ -78,7 +79,7 @@ async def test_mcinspect_checks_find_the_slot_claimed_twice() -> None:
     app = make_app(real_checks=True)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        violations = app.ledger.violations()
+        violations = app.findings.violations()
         assert min(v.frame for v in violations) == frame
         assert any(v.frame == frame and v.check == "slot-partition" and slot in v.violation.slots for v in violations)
 
@@ -212,7 +213,7 @@ async def test_next_violation_jumps_to_its_step_node_and_slot() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        first, second = app.ledger.violations()[:2]
+        first, second = app.findings.violations()[:2]
         assert (first.frame, first.slot) == (frame, slot)
         await go_to_step(pilot, 0)
         await pilot.press("v")
@@ -232,10 +233,38 @@ async def test_enter_on_a_violation_jumps() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        second = app.ledger.violations()[1]
+        second = app.findings.violations()[1]
         await pilot.press("5", "down", "enter")
         await settle(pilot)
         assert app.view.frame == second.frame and app.selection == Selection("slot", second.slot)
+
+
+@run_async
+async def test_violations_are_grouped_by_cause_and_a_group_expands() -> None:
+    from mcinspect.checks import group_violations
+    from mcinspect.tui.violations_table import ViolationsTable
+
+    app = make_app(real_checks=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        found = app.findings.violations()
+        groups = group_violations([v.violation for v in found])
+        await pilot.press("5")
+        await settle(pilot)
+        table = app.query_one(ViolationsTable)
+        assert table.row_count == len(groups) < len(found)  # 20 groups of the 72 violations
+        assert groups[0].repeats > 1
+        await pilot.press("space")  # the first group: its occurrences below it
+        await settle(pilot)
+        assert table.row_count == len(groups) + groups[0].repeats
+        later = [v for v in found if v.violation.slots == found[0].violation.slots and v.violation.nodes == found[0].violation.nodes][-1]
+        await pilot.press(*["down"] * groups[0].repeats, "enter")  # its last occurrence
+        await settle(pilot)
+        assert app.view.frame == later.frame
+        table.focus()
+        await pilot.press("home", "space")
+        await settle(pilot)
+        assert table.row_count == len(groups)
 
 
 @run_async

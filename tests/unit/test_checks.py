@@ -21,8 +21,8 @@ import pytest
 from mcinspect.checks import CHECKS, NOT_CHECKED, StepView, UnknownCheck, Violation, check_step, run_checks, views
 from mcinspect.checks.kv import first_overlap, intervals, subtract, truncate
 from mcinspect.schema import (
-    CowEvent,
     CacheState,
+    CowEvent,
     EngineInfo,
     Event,
     EvictEvent,
@@ -43,6 +43,8 @@ from mcinspect.schema import (
     TrackPlanEvent,
 )
 
+import factory
+
 replace = msgspec.structs.replace
 ROOT = NodeId(0)
 R1, R2 = Rid("r1"), Rid("r2")
@@ -57,12 +59,8 @@ def engine(strategy: str = "extra_buffer", overlap: bool = True) -> EngineInfo:
 
 
 def record(node_id: int, parent: int, depth: int, key_len: int, slot: int = -1, kv: Runs | None = None) -> NodeRecord:
-    return NodeRecord(
-        id=NodeId(node_id), parent=NodeId(parent), depth=depth, key_len=key_len, tokens=b"", key_hash=node_id,
-        kv_runs=[(1000 * node_id, key_len)] if kv is None else kv, kv_evicted=False, mamba_slot=SlotId(slot),
-        full_lock=0, mamba_lock=0, in_full_lru=False, in_mamba_lru=slot >= 0, evictable=False,
-        last_access=0.0, hit_count=0, tombstone=False,
-    )
+    runs = [(1000 * node_id, key_len)] if kv is None else kv
+    return factory.node(node_id, parent, depth, key_len, slot=slot, token_ids=[], kv_runs=runs, in_full_lru=False, evictable=False)
 
 
 def request(rid: Rid, **fields: object) -> RequestRecord:
@@ -614,7 +612,7 @@ def test_run_helpers_match_token_sets() -> None:
         assert (hit in common) if common else hit is None
         assert tokens([(s, e - s) for s, e in zip(*subtract(ia, ib))]) == tokens(a) - tokens(b)
         n = rng.randrange(40)
-        assert [t for s, l in truncate(a, n) for t in range(s, s + l)] == [t for s, l in a for t in range(s, s + l)][:n]
+        assert [t for s, length in truncate(a, n) for t in range(s, s + length)] == [t for s, length in a for t in range(s, s + length)][:n]
 
 
 # --- T1: content --------------------------------------------------------------------------

@@ -10,7 +10,6 @@ import msgspec
 
 from mcinspect.diff import Owner, StateDiff, diff_json, diff_recording, diff_states, format_diff
 from mcinspect.recording import RecordingReader, RecordingWriter
-from mcinspect.schema import copy_state
 from mcinspect.schema import (
     SCHEMA_VERSION,
     CacheState,
@@ -28,16 +27,14 @@ from mcinspect.schema import (
     Snapshot,
     Step,
     apply_delta,
-    pack_tokens,
+    copy_state,
 )
+
+import factory
 
 
 def node(i: int, parent: int, depth: int, key_len: int, slot: int = -1, lock: int = 0, tombstone: bool = False) -> NodeRecord:
-    return NodeRecord(
-        id=NodeId(i), parent=NodeId(parent), depth=depth, key_len=key_len, tokens=pack_tokens(list(range(min(key_len, 32)))),
-        key_hash=i, kv_runs=[(depth, key_len)], kv_evicted=False, mamba_slot=SlotId(slot), full_lock=lock, mamba_lock=lock,
-        in_full_lru=not lock, in_mamba_lru=slot != -1, evictable=not lock, last_access=0.0, hit_count=0, tombstone=tombstone,
-    )
+    return factory.node(i, parent, depth, key_len, slot=slot, lock=lock, in_full_lru=not lock, tombstone=tombstone)
 
 
 def request(rid: str) -> RequestRecord:

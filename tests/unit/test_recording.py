@@ -37,9 +37,10 @@ from mcinspect.schema import (
     Snapshot,
     Step,
     apply_delta,
-    pack_tokens,
 )
 from mcinspect.snapshot_file import SnapshotCorrupt, SnapshotFileError, SnapshotVersionError, load_snapshot
+
+import factory
 
 HAVE_ZSTD = importlib.util.find_spec("zstandard") is not None
 COMPRESSIONS = [False, pytest.param(True, marks=pytest.mark.skipif(not HAVE_ZSTD, reason="zstandard is not installed"))]
@@ -52,12 +53,7 @@ INFO = EngineInfo(
 
 
 def node(i: int, parent: int, depth: int, key_len: int = 16, slot: int = -1, lock: int = 0) -> NodeRecord:
-    return NodeRecord(
-        id=NodeId(i), parent=NodeId(parent), depth=depth, key_len=key_len, tokens=pack_tokens(list(range(key_len))),
-        key_hash=i, kv_runs=[(depth, key_len)], kv_evicted=False, mamba_slot=SlotId(slot), full_lock=lock,
-        mamba_lock=lock, in_full_lru=True, in_mamba_lru=slot != -1, evictable=not lock, last_access=0.0,
-        hit_count=0, tombstone=False,
-    )
+    return factory.node(i, parent, depth, key_len, slot=slot, lock=lock, token_ids=range(key_len))
 
 
 def snapshot(step: int = 10, seq: int = 0) -> Snapshot:

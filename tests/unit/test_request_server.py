@@ -15,7 +15,8 @@ import pytest
 import zmq
 from sglang.srt.mem_cache.allocator.mamba import MambaSlotAllocator
 
-from mcinspect.client import EngineRefused, EngineUnreachable, request
+from mcinspect.auth import keys_from_token
+from mcinspect.client import EngineRefused, EngineUnreachable, Requester, request
 from mcinspect.schema import (
     MAX_REQUEST_BYTES,
     SCHEMA_VERSION,
@@ -86,6 +87,7 @@ def make_server() -> Iterator[Callable[..., RequestServer]]:
         server = RequestServer(
             "127.0.0.1", port, token=token, info=_info(port), snapshot=snapshot, history=_history,
             stats=lambda: StatsCollector(MambaSlotAllocator(8, "cpu"), EventSink()).snapshot(step=1, hook_errors=3),
+            keys=keys_from_token(token) if token else None,  # as the inspector does: a token keys CURVE
         )  # fmt: skip
         server.start()
         servers.append(server)
@@ -142,14 +144,25 @@ def test_bad_requests_get_an_error_reply(make_server: Callable[..., RequestServe
     assert server.rejected == 1
 
 
-def test_token_is_checked_when_set(make_server: Callable[..., RequestServer]) -> None:
+def test_a_token_keys_curve_and_is_checked_too(make_server: Callable[..., RequestServer]) -> None:
     server = make_server(token="s3cret")
-    with pytest.raises(EngineRefused, match="token"):
-        request(_target(server), Hello(schema_version=SCHEMA_VERSION))
-    with pytest.raises(EngineRefused, match="token"):  # compared as bytes: non-ASCII cannot crash it
-        request(_target(server), GetSnapshot(schema_version=SCHEMA_VERSION, token="s3crét"))
+    # Without the token's key the CURVE handshake never completes: no byte reaches the server.
+    with pytest.raises(EngineUnreachable, match="MCINSPECT_TOKEN"):
+        request(_target(server), Hello(schema_version=SCHEMA_VERSION), timeout_s=0.5)
+    with pytest.raises(EngineUnreachable):  # non-ASCII: another key, no crash
+        request(_target(server), GetSnapshot(schema_version=SCHEMA_VERSION, token="s3crét"), timeout_s=0.5)
     assert request(_target(server), Hello(schema_version=SCHEMA_VERSION, token="s3cret")) == server.info
-    assert server.rejected == 2
+    assert server.rejected == 0
+    # Past CURVE, the request's own token is still compared (as bytes).
+    requester = Requester(_target(server), token="s3cret")
+    try:
+        requester.send(Hello(schema_version=SCHEMA_VERSION, token="s3crét"))
+        assert requester.socket.poll(5000)
+        with pytest.raises(EngineRefused, match="bad or missing token"):
+            requester.receive()
+    finally:
+        requester.close()
+    assert server.rejected == 1
 
 
 def test_a_failing_callable_is_an_error_reply_not_a_dead_server(make_server: Callable[..., RequestServer]) -> None:

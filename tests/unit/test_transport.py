@@ -22,7 +22,6 @@ from collections.abc import Callable
 import msgspec
 import pytest
 import zmq
-from waiting import until
 
 from mcinspect.client import EngineRefused, EngineUnreachable, request
 from mcinspect.schema import (
@@ -43,10 +42,10 @@ from mcinspect.schema import (
     RequestRecord,
     Rid,
     SlotClaim,
+    SlotContent,
     SlotEvent,
     SlotId,
     Snapshot,
-    SlotContent,
     Stats,
     Step,
     apply_delta,
@@ -57,6 +56,9 @@ from mcinspect.session import Session
 from mcinspect.target import Target
 from mcinspect_engine_hooks.publisher import Publisher
 from mcinspect_engine_hooks.server import HARD_LIMIT_BYTES, RequestServer
+
+import factory
+from waiting import until
 
 SLOTS = 16
 NODE_IDS = 60
@@ -78,8 +80,8 @@ def _initial_state() -> CacheState:
 
 
 def _node(rng: random.Random, node_id: int, tokens: int) -> NodeRecord:
-    return NodeRecord(
-        id=NodeId(node_id), parent=NodeId(rng.randrange(-1, node_id)), depth=rng.randrange(512), key_len=tokens,
+    return factory.node(
+        node_id, rng.randrange(-1, node_id), rng.randrange(512), tokens,
         tokens=rng.randbytes(4 * tokens), key_hash=rng.getrandbits(64),
         kv_runs=[(rng.randrange(1024), rng.randrange(1, 64))], kv_evicted=rng.random() < 0.1,
         mamba_slot=SlotId(rng.randrange(-1, SLOTS + 1)), full_lock=rng.randrange(3), mamba_lock=rng.randrange(3),
@@ -269,7 +271,7 @@ def test_two_sessions_at_once(engine: _Engine) -> None:
         session.start_reader(lambda result, i=i: updates.__setitem__(i, updates[i] + result.new_frames))
     engine.step(200)
     for session in sessions:
-        assert until(lambda: session.counters().last_seq == 200, 10)
+        assert until(lambda session=session: session.counters().last_seq == 200, 10)
         assert session.latest().state == engine.state
         session.close()
     assert all(u > 0 for u in updates)

@@ -1,7 +1,7 @@
 """What the inspector accumulates frame by frame: violations and each slot's history.
 
 Frames are ingested in order on a worker thread (checks and diffs cost per frame, never on the
-UI thread); the panels read from any thread under the ledger's lock. Slot history lets the slot
+UI thread); the panels read from any thread under its lock. Slot history lets the slot
 panel say who held a slot at earlier steps without rebuilding old states.
 """
 
@@ -32,7 +32,7 @@ class SlotChange:
     """The fingerprint taken at this frame, if a new one was."""
 
 
-class Ledger:
+class Findings:
     """Violations and slot history over the frames ingested so far."""
 
     def __init__(self, checker: Checker | None) -> None:
