@@ -5,7 +5,7 @@ which "the working slot equals its source" / "a cleared slot is zero" can be see
 | sglang 0.5.23 method | hook | what mcinspect does |
 |---|---|---|
 | `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | around: before | keep the batch's COW / clear slot ids (the method sets them to None) |
-| same | around: after | fingerprint sources, destinations and cleared slots; queue a CowEvent |
+| same | around: after | queue a CowEvent (every extend forward, empty or not: check cow-ran), with the sources, destinations and cleared slots fingerprinted (T3) |
 
 The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
 are part of the forward; skipped for steps no client observes (`EventSink.observed`, checked
@@ -48,31 +48,42 @@ class CowHooks:
         if pending is None:  # before() failed
             return
         ran = getattr(forward_batch, "mamba_cow_src_indices", None) is None and getattr(forward_batch, "mamba_clear_indices", None) is None
-        if not ran:  # not an extend forward: sglang left the ids for later
+        mode = getattr(forward_batch, "forward_mode", None)
+        if not ran or mode is None or not mode.is_extend():  # not an extend forward: sglang left the ids for later
             return
         sources, destinations, cleared = (t if t is not None and t.numel() else None for t in pending)
-        if sources is None and cleared is None:
-            return
-        pool = runner.req_to_token_pool
-        if getattr(pool, "mamba_ckpt_pool", None) is not None:
-            return
-        cache = pool.mamba_pool.mamba_cache
-        if cache.temporal.is_cuda and os.environ.get(ON_CUDA_ENV) != "1":
-            return
-        parts = [t for t in (sources, destinations, cleared) if t is not None]
-        slots = torch.cat([t.reshape(-1) for t in parts])
-        result = fingerprint_slots(list(cache.conv), cache.temporal, pool.translate_mamba_indices(slots))
         copies = 0 if sources is None else sources.numel()
-        fingerprints = result.fingerprint
-        self.sink.emit(
-            CowEvent,
+        # Every extend forward leaves an event, empty or not: check cow-ran reads it as "the
+        # forward after the admission ran its deferred copies, these ones".
+        fields = dict(
             sources=DeferredSlots([sources]),
             destinations=DeferredSlots([destinations if copies else None]),
-            source_fingerprints=DeferredValues([fingerprints[:copies]]),
-            destination_fingerprints=DeferredValues([fingerprints[copies : 2 * copies]]),
             cleared=DeferredSlots([cleared]),
-            cleared_zero=DeferredValues([result.all_zero[2 * copies :]], cast=bool),
+            source_fingerprints=[],
+            destination_fingerprints=[],
+            cleared_zero=[],
         )
+        result = self._fingerprints(runner.req_to_token_pool, sources, destinations, cleared)
+        if result is not None:
+            fields.update(
+                source_fingerprints=DeferredValues([result.fingerprint[:copies]]),
+                destination_fingerprints=DeferredValues([result.fingerprint[copies : 2 * copies]]),
+                cleared_zero=DeferredValues([result.all_zero[2 * copies :]], cast=bool),
+            )
+        self.sink.emit(CowEvent, **fields)
+
+    def _fingerprints(self, pool: Any, sources: Any, destinations: Any, cleared: Any) -> Any:
+        """Fingerprints of the copies' sources, destinations and the cleared slots, or None where
+        they cannot be taken (int8 checkpoints: a dequantised copy is not bit-equal; CUDA
+        without MCINSPECT_COW_FINGERPRINTS=1: the bounds check syncs)."""
+        parts = [t for t in (sources, destinations, cleared) if t is not None]
+        if not parts or getattr(pool, "mamba_ckpt_pool", None) is not None:
+            return None
+        cache = pool.mamba_pool.mamba_cache
+        if cache.temporal.is_cuda and os.environ.get(ON_CUDA_ENV) != "1":
+            return None
+        slots = torch.cat([t.reshape(-1) for t in parts])
+        return fingerprint_slots(list(cache.conv), cache.temporal, pool.translate_mamba_indices(slots))
 
 
 def cow_hook(sink: EventSink) -> tuple[str, Any, Any]:

@@ -37,6 +37,7 @@ Checked against sglang 0.5.23. Paths below are relative to `sglang.srt.`:
 | `...ScheduleBatch.prepare_for_decode` | after, observed | TrackPlanEvent (decode boundary) |
 | `managers.schedule_batch.Req.reset_for_retract` | after, observed | RequestEvent retract |
 | `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | around, observed | CowEvent with fingerprints (cow_hooks.py) |
+| (the track-write hooks of `write_hooks.py`) | before / after, observed | TrackWriteEvent: the writes each forward ran |
 
 The UnifiedTreeCore / FullComponent rows fire only with sglang's Python tree core; the Rust
 core runs that logic natively (see adapter_0523's "What the Rust core cannot show"). Node
@@ -60,6 +61,7 @@ from .cow_hooks import cow_hook
 from .event_sink import DeferredSlot, DeferredSlots, EventSink
 from .guard import ErrorCounter
 from .state_log import StateLog
+from .write_hooks import WriteHooks, write_hook_points
 
 __all__ = ["EventSink", "HookPoint", "hook_points", "state_log_points"]
 
@@ -242,7 +244,7 @@ class _PoolHooks:
         # The buffer entry is rewritten in place when the slot is donated: copy it now.
         slot = req.kv.mamba_ping_pong_track_buffer[ret.track_position].clone()
         position = _opt(req.kv.mamba_last_track_seqlen)
-        self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=DeferredSlot(slot), position=position)
+        self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=DeferredSlot(slot), position=position, forward="extend")
 
     def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         mask = getattr(batch, "mamba_track_mask_cpu", None)
@@ -253,7 +255,7 @@ class _PoolHooks:
             buffer = req.kv.mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:
                 slot = DeferredSlot(buffer[position].clone())
-                self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=slot, position=int(seqlen))
+                self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=slot, position=int(seqlen), forward="decode")
 
     def retracted(self, ret: Any, req: Any, /, *args: Any, **kwargs: Any) -> None:
         """After Req.reset_for_retract (`req` is the method's self)."""
@@ -268,6 +270,7 @@ def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
     """The hooks for sglang's HookRegistry, each guarded. Dirty marks and eviction counts run at
     every step; hooks whose only product is an event run in observed steps only."""
     tree, cache, pools = _TreeHooks(sink), _CacheHooks(sink), _PoolHooks(sink)
+    writes = WriteHooks(sink)
     every_step = [
         (f"{TREE_CORE}._unregister_node", "after", tree.node_gone),
         (f"{TREE_CORE}._update_evictable_leaf_sets", "after", tree.node_changed),
@@ -294,6 +297,7 @@ def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
         (f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", pools.prefill_track),
         (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", pools.decode_track),
         (f"{REQ}.reset_for_retract", "after", pools.retracted),
+        *write_hook_points(writes),
     ]
     observed_around = [  # (target, before, after)
         (f"{CACHE}.checkpoint_into_tree", cache.checkpoint_begin, cache.checkpoint_end),

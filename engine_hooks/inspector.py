@@ -112,6 +112,7 @@ class Inspector:
             verify=config.verify,
             verify_share=config.verify_share,
             verify_rate=config.verify_rate,
+            track_writes="extend" if _decode_graphs(scheduler) else "all",
         )
         self.server = RequestServer(
             config.host,
@@ -311,3 +312,9 @@ def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, 
         request_port=port,
         stream_port=stream_port,
     )
+
+
+def _decode_graphs(scheduler: Any) -> bool:
+    """Whether decode forwards replay CUDA graphs (their track copies run inside the graph)."""
+    args = scheduler.server_args
+    return str(getattr(scheduler, "device", "cpu")) != "cpu" and not getattr(args, "disable_cuda_graph", True)

@@ -264,6 +264,25 @@ class TrackPlanEvent(_Event):
     rid: Rid
     slot: SlotId
     position: int
+    forward: Literal["", "extend", "decode"] = ""
+    """The forward the plan is for ("" in recordings from before the field)."""
+
+
+class TrackWriteEvent(_Event):
+    """The track writes one forward actually ran, as the model forward received them (after
+    `mix_with_running` / `merge_batch`, padding, graph buffers): per batch row its request, whether
+    the row was tracked (`mask`), the destination the batch planned for it and the position it
+    tracks; and `written`, every slot the state-tracking copy wrote into. A planned destination
+    missing from `written` is a write that never ran (#30862, #24613, #32555); a written slot no
+    row planned is a stray write (#34184)."""
+
+    forward: Literal["extend", "decode", "mixed"]
+    rids: list[Rid]
+    """Per batch row ("" for a padded row or one mcinspect could not attribute)."""
+    mask: list[bool]
+    planned: list[SlotId]
+    positions: list[int]
+    written: list[SlotId]
 
 
 class CowEvent(_Event):
@@ -315,6 +334,7 @@ Event = (
     | LockEvent
     | SlotEvent
     | TrackPlanEvent
+    | TrackWriteEvent
     | CowEvent
     | WorkingStateEvent
     | RequestEvent
@@ -373,6 +393,10 @@ class EngineInfo(_Message):
     """The share of the scheduler's busy time reference prefills may take (MCINSPECT_VERIFY_SHARE)."""
     verify_rate: float = 0.0
     """At most this many reference prefills a second (MCINSPECT_VERIFY_RATE)."""
+    track_writes: Literal["", "extend", "all"] = ""
+    """Which forwards' track writes the engine reports (TrackWriteEvent): "all" (eager forwards),
+    "extend" (decode steps are replayed from CUDA graphs, whose copies no hook sees), "" (none:
+    an engine or recording from before the hooks)."""
 
 
 # --- requests (client -> engine) ----------------------------------------------------------

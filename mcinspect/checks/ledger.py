@@ -25,7 +25,18 @@ from ..schema import (
     SlotId,
     Step,
     TrackPlanEvent,
+    TrackWriteEvent,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFact:
+    """A track write a forward ran (TrackWriteEvent): whose state, at which position."""
+
+    rid: str
+    """"" for a write no row of the batch planned."""
+    position: int
+    step: Step
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +52,8 @@ class SlotFacts:
     """Step of the last allocation seen; None when none was seen (it predates the history)."""
     plan: TrackPlanEvent | None = None
     """The latest write planned into the slot since its last allocation."""
+    write: WriteFact | None = None
+    """The latest track write a forward ran into the slot since its last allocation."""
     content: SlotContent | None = None
     """The latest fingerprint taken while `owner` held the slot."""
 
@@ -84,7 +97,7 @@ class Timeline:
                 if event.allocated:
                     # Ownership stays: an allocation does not end a tree claim; if the slot was
                     # tree-owned, that is the double claim the partition check reports.
-                    self._set(slot, allocated_at=event.step, plan=None)
+                    self._set(slot, allocated_at=event.step, plan=None, write=None)
                 else:
                     self._disown(slot)
         elif isinstance(event, EvictEvent):
@@ -95,6 +108,9 @@ class Timeline:
             self.moved.add(event.slot)
         elif isinstance(event, TrackPlanEvent):
             self._set(event.slot, plan=event)
+        elif isinstance(event, TrackWriteEvent):
+            for slot, write in writes(event).items():
+                self._set(slot, write=write)
 
     def _disown(self, slot: SlotId) -> None:
         self._set(slot, owner=None, content=None)
@@ -151,3 +167,13 @@ def fold(end: Timeline, state: CacheState, owners: Mapping[SlotId, NodeId], chan
             known = replace(known, content=content)
         facts[slot] = known
     return Ledger(facts, known=True)
+
+
+def writes(event: TrackWriteEvent) -> dict[SlotId, WriteFact]:
+    """Every slot the forward wrote, with the row that planned it (rid "" when none did)."""
+    planned = {slot: (rid, position) for rid, on, slot, position in zip(event.rids, event.mask, event.planned, event.positions) if on}
+    out = {}
+    for slot in event.written:
+        rid, position = planned.get(slot, ("", -1))
+        out[slot] = WriteFact(rid, position, event.step)
+    return out

@@ -19,7 +19,7 @@ import math
 
 from ..schema import BatchOrigin, SlotContent
 from .history import StepView
-from .violation import Violation, node_label
+from .violation import Violation, name_node
 
 RECOMPUTE = "T2-recompute"
 
@@ -59,7 +59,7 @@ def check_recompute(view: StepView) -> list[Violation]:
         limit = tolerance(now.recompute_oracle, now.origin.forward if now.origin is not None else "")
         if math.isnan(worst[1]) or worst[1] > limit:
             node = now.recompute_node if now.recompute_node >= 0 else owners.get(slot)
-            holder = node_label(node) if node is not None else "a tree node"
+            holder = name_node(node) if node is not None else "a tree node"
             oracle = now.recompute_oracle or "transformers"
             out.append(
                 Violation(

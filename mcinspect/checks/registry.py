@@ -16,6 +16,9 @@ what data it needs, and what it cannot see with the data the schema carries.
 | T2-recompute | T2 | fingerprints (with recompute distances) | #37836, #31833, #33450, #30862, #29368, #24221, #29973 |
 | T2-working-state | T2 | events (working-state comparisons) | #29368, #24954 |
 | cow-copy | T3 | events (with fingerprints) | #35821, copy-on-write / clear races |
+| write-ran | 3 | events (track writes that ran) | #32555, #31099/#32606, #30862, #24613/#39342, #37817 |
+| write-target | 5 | events (track writes that ran) | #34184, #24221 |
+| cow-ran | 7 | events (copy-on-writes that ran) | #24954 |
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .kv import KV, check_kv
 from .provenance import COW, PLAN_SAFETY, PROVENANCE, check_cow, check_plan_safety, check_provenance
 from .recompute import RECOMPUTE, TOLERANCE_REL_L2, check_recompute
 from .working_state import WORKING, check_working_state
+from .writes import COW_RAN, WRITE_RAN, WRITE_TARGET, check_cow_ran, check_write_ran, check_write_target
 from .slots import PARTITION, REQUEST_SLOTS, check_partition, check_request_slots
 from .tree import LOCKS, SHAPE, check_locks, check_shape
 from .violation import Violation
@@ -229,6 +233,45 @@ CHECKS: dict[str, CheckSpec] = {
             blind_to="requests never sampled (MCINSPECT_VERIFY_WORKING share of the budget); boundaries with a "
             "forward in flight on an accelerator; speculative decoding and mixed chunks (skipped)",
             run=check_working_state,
+        ),
+        CheckSpec(
+            name=WRITE_RAN,
+            invariant="3",
+            description="every slot donated to the tree was written by a forward, for its request, at its node's position",
+            targets=("#32555", "#31099", "#32606", "#30862", "#24613", "#39342", "#37817"),
+            needs=("events",),
+            checked="an extra_buffer donation (InsertEvent with a ping-pong index): the latest track write a forward "
+            "ran into the slot since its allocation (TrackWriteEvent: the destinations the state-tracking copy "
+            "used, read inside the forward) exists, was planned by the inserting request, and is for the position "
+            "the node is labelled with",
+            blind_to="forwards replayed from a CUDA graph (the copy's Python function does not run there); no_buffer "
+            "(no track writes: its states are copies of the working slot); history shorter than the slot's life; "
+            "what the write held (the T2 checks)",
+            run=check_write_ran,
+        ),
+        CheckSpec(
+            name=WRITE_TARGET,
+            invariant="5",
+            description="no track write a forward ran lands in a cached, free or foreign slot",
+            targets=("#34184", "#24221"),
+            needs=("events",),
+            checked="every slot a forward's state-tracking copy wrote: not tree-owned at the time, planned by a row "
+            "of its batch, and that request's ping-pong or working slot at this boundary or the previous one (or "
+            "allocated in this step); the padding slot 0 is left out",
+            blind_to="writes other than the track copies (kernel bugs writing out of bounds); CUDA-graph replays",
+            run=check_write_target,
+        ),
+        CheckSpec(
+            name=COW_RAN,
+            invariant="7",
+            description="every copy-on-write the scheduler recorded ran before the forward that reads it",
+            targets=("#24954", "a deferred copy-on-write not carried to the next forward"),
+            needs=("events",),
+            checked="a request admitted with a matched copy-on-write source: the first deferred copy-and-clear of a "
+            "forward after its admission (CowEvent) copies that source into the request's working slot",
+            blind_to="copies whose forward runs after the next step boundary (overlap disabled for consecutive "
+            "prefills, SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP); what the copy wrote (T3 cow-copy)",
+            run=check_cow_ran,
         ),
         CheckSpec(
             name=COW_COPY,

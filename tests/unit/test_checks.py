@@ -41,6 +41,7 @@ from mcinspect.schema import (
     SlotId,
     Step,
     TrackPlanEvent,
+    TrackWriteEvent,
 )
 
 import factory
@@ -50,11 +51,11 @@ ROOT = NodeId(0)
 R1, R2 = Rid("r1"), Rid("r2")
 
 
-def engine(strategy: str = "extra_buffer", overlap: bool = True) -> EngineInfo:
+def engine(strategy: str = "extra_buffer", overlap: bool = True, track_writes: str = "all") -> EngineInfo:
     return EngineInfo(
         schema_version=2, sglang_version="0.5.23", model_path="tiny", strategy=strategy, page_size=1, overlap=overlap,
         tree_core="UnifiedTreeCore", full_tree_detail=True, mamba_pool_size=8, kv_pool_tokens=4096,
-        tp_rank=0, dp_rank=0, pid=1, request_port=7777, stream_port=7778,
+        tp_rank=0, dp_rank=0, pid=1, request_port=7777, stream_port=7778, track_writes=track_writes,  # type: ignore[arg-type]
     )
 
 
@@ -206,7 +207,9 @@ def clean_history() -> list[Step_]:
         SlotEvent(step=Step(1), slots=working, allocated=True),
         SlotEvent(step=Step(1), slots=pp, allocated=True),
         RequestEvent(step=Step(1), rid=R1, what="admit"),
-        TrackPlanEvent(step=Step(1), rid=R1, slot=pp[0], position=64),
+        TrackPlanEvent(step=Step(1), rid=R1, slot=pp[0], position=64, forward="extend"),
+        CowEvent(step=Step(1), sources=[], destinations=[], source_fingerprints=[], destination_fingerprints=[], cleared=[working[0]], cleared_zero=[True]),
+        TrackWriteEvent(step=Step(1), forward="extend", rids=[R1], mask=[True], planned=[pp[0]], positions=[64], written=[pp[0]]),
     ]))
     # step 2: checkpoint donates slot 2 to node 1 (depth 0..64); slot 4 replaces it
     (fresh,) = w.alloc(1)
@@ -222,7 +225,10 @@ def clean_history() -> list[Step_]:
     w.private[R1] = [(50_064, 100)]
     w.put(R1, output_len=28, allocated_len=164, next_track_idx=0, last_track_idx=1, last_track_seqlen=128, prev_track_seqlen=64)
     w.fingerprint(pp[0], 0xA1, 3)
-    out.append((w.state(3), [TrackPlanEvent(step=Step(3), rid=R1, slot=pp[1], position=128)]))
+    out.append((w.state(3), [
+        TrackPlanEvent(step=Step(3), rid=R1, slot=pp[1], position=128, forward="decode"),
+        TrackWriteEvent(step=Step(3), forward="decode", rids=[R1, Rid("")], mask=[True, False], planned=[pp[1], SlotId(0)], positions=[128, -1], written=[pp[1], SlotId(0)]),
+    ]))
     # step 4: r1 finishes: slot 3 cached at node 2 (64..128); working and slot 4 freed
     w.add(2, 1, 64, slot=pp[1], kv_start=50_064)
     del w.requests[R1], w.private[R1]
@@ -243,6 +249,7 @@ def clean_history() -> list[Step_]:
         MatchEvent(step=Step(5), rid=R2, hit_len=128, node=NodeId(2), cow_source=pp[1]),
         SlotEvent(step=Step(5), slots=pp2, allocated=True),
         RequestEvent(step=Step(5), rid=R2, what="admit"),
+        CowEvent(step=Step(5), sources=[pp[1]], destinations=[dst], source_fingerprints=[], destination_fingerprints=[], cleared=[], cleared_zero=[]),
     ]))
     # step 6: r2 finishes without caching anything
     del w.requests[R2], w.private[R2]
@@ -687,7 +694,7 @@ def test_cleared_slot_that_is_not_zero() -> None:
 
 
 def test_registry_describes_every_check() -> None:
-    assert len(CHECKS) == 13 and "T2" in NOT_CHECKED and "T3" not in NOT_CHECKED
+    assert len(CHECKS) == 16 and "T2" in NOT_CHECKED and "T3" not in NOT_CHECKED
     for name, spec in CHECKS.items():
         assert spec.name == name and spec.description and spec.targets and spec.needs and spec.checked and spec.blind_to
     with pytest.raises(UnknownCheck):
@@ -746,3 +753,72 @@ def test_timing_on_10k_nodes(capsys: pytest.CaptureFixture[str]) -> None:
     assert first == again == []
     with capsys.disabled():
         print(f"\nrun_checks, 10k-node state: first view {full * 1000:.1f} ms, unchanged next step {step * 1000:.1f} ms")
+
+
+# --- what the forward ran: write-ran, write-target, cow-ran -------------------------------
+
+
+def _writes(history: list[Step_], index: int, **changes: object) -> list[Step_]:
+    """The history with the TrackWriteEvent of step `index` changed (or dropped: changes=None)."""
+    state, events = history[index]
+    kept = []
+    for event in events:
+        if isinstance(event, TrackWriteEvent):
+            if changes.get("drop"):
+                continue
+            event = replace(event, **changes)
+        kept.append(event)
+    return edit(history, index, events=kept)
+
+
+def test_a_donated_slot_no_forward_wrote_is_reported_at_its_donation() -> None:
+    """#30862 / #24613: the plan exists, the copy never ran, the slot is donated anyway."""
+    v = only(run(_writes(clean_history(), 0, drop=True), names=["write-ran"]), "write-ran")
+    assert (v.step, v.slots, v.nodes, v.rids) == (2, (2,), (1,), (R1,))
+    assert "was never written by a forward since its allocation at step 1 (planned at step 1, position 64)" in v.reason
+
+
+def test_a_write_for_another_position_or_request_is_reported() -> None:
+    v = only(run(_writes(clean_history(), 0, positions=[48]), names=["write-ran"]), "write-ran")
+    assert "holds the state its forward wrote for position 48" in v.reason
+    stray = _writes(clean_history(), 0, mask=[False])  # the copy wrote slot 2, but no row planned it
+    v = only(run(stray, names=["write-ran"]), "write-ran")
+    assert "last received a write no request of its batch planned" in v.reason
+
+
+def test_the_decode_write_went_to_the_padding_slot_instead() -> None:
+    """#32555: the graph bound a stale buffer tail: the copy wrote slot 0, the planned slot 3
+    stays unwritten and is donated at r1's finish."""
+    history = _writes(clean_history(), 2, written=[SlotId(0)])
+    v = only(run(history, names=["write-ran", "write-target"]), "write-ran")
+    assert (v.step, v.slots, v.nodes) == (4, (3,), (2,))
+
+
+def test_decode_steps_replayed_from_cuda_graphs_are_not_judged() -> None:
+    history = _writes(clean_history(), 2, drop=True)
+    assert run(history, engine(track_writes="extend"), names=["write-ran"]) == []
+    assert only(run(history, engine(track_writes="all"), names=["write-ran"]), "write-ran").step == 4
+    assert run(history, engine(track_writes=""), names=["write-ran"]) == []  # an engine that reports none
+
+
+def test_a_write_into_a_cached_or_unplanned_slot_is_reported_at_its_step() -> None:
+    """#34184: stale rows scattered a state into an earlier request's checkpoint slot."""
+    history = _writes(clean_history(), 2, written=[SlotId(3), SlotId(2)])
+    v = only(run(history, names=["write-target"]), "write-target")
+    assert (v.step, v.slots, v.nodes) == (3, (2,), (1,))
+    assert "wrote a state into slot 2, which node 1 has cached since step 2" in v.reason
+    free = _writes(clean_history(), 2, written=[SlotId(3), SlotId(8)])
+    v = only(run(free, names=["write-target"]), "write-target")
+    assert v.slots == (8,) and "which no request of its batch planned (held by the free list)" in v.reason
+
+
+def test_a_copy_on_write_that_never_ran_is_reported_at_the_step() -> None:
+    """#24954: the deferred copy of r2's hit is not in its forward's copies."""
+    history = clean_history()
+    state, events = history[4]
+    lost = [replace(e, sources=[], destinations=[]) if isinstance(e, CowEvent) else e for e in events]
+    v = only(run(edit(history, 4, events=lost), names=["cow-ran"]), "cow-ran")
+    assert (v.step, v.slots, v.rids, v.nodes) == (5, (3,), (R2,), (2,))
+    assert "into its working slot 5, but its forward ran no such copy" in v.reason
+    no_forward = [e for e in events if not isinstance(e, CowEvent)]  # its forward runs after the boundary
+    assert run(edit(history, 4, events=no_forward), names=["cow-ran"]) == []

@@ -80,12 +80,25 @@ def test_a_copy_that_did_not_happen_is_reported(hooked, monkeypatch) -> None:
     assert [(v.check, v.slots) for v in violations] == [("cow-copy", (10, 3)), ("cow-copy", (12,))]
 
 
-def test_decode_forwards_and_empty_batches_emit_nothing(hooked) -> None:
+def test_an_extend_forward_with_nothing_to_copy_says_so_and_decode_forwards_say_nothing(hooked) -> None:
+    """Check cow-ran reads an extend forward's event, empty or not, as "its deferred copies ran"."""
     runner, sink = hooked
     forward(runner, [], [], [])
     batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, mamba_cow_src_indices=torch.tensor([3]), mamba_cow_dst_indices=torch.tensor([10]), mamba_clear_indices=None)
     ModelRunner._maybe_execute_deferred_mamba_cow_and_clear(runner, batch)
-    assert sink.drain(Step(1)) == []
+    (event,) = sink.drain(Step(1))
+    assert (event.sources, event.destinations, event.cleared, event.source_fingerprints) == ([], [], [], [])
+
+
+def test_without_fingerprints_the_copies_are_still_reported(hooked, monkeypatch) -> None:
+    """On CUDA (no MCINSPECT_COW_FINGERPRINTS) and int8 checkpoints: the slots, not their prints."""
+    runner, sink = hooked
+    monkeypatch.setattr(runner.req_to_token_pool, "mamba_ckpt_pool", object(), raising=False)
+    forward(runner, [3], [10], [12])
+    (event,) = sink.drain(Step(1))
+    assert (event.sources, event.destinations, event.cleared) == ([3], [10], [12])
+    assert (event.source_fingerprints, event.cleared_zero) == ([], [])
+    assert check_cow_copy(StepView.first(_state(), [event])) == []  # T3 has nothing to compare
 
 
 def test_a_step_nobody_observes_copies_and_emits_nothing(hooked) -> None:
