@@ -310,6 +310,19 @@ class EngineInfo(_Message):
     pid: int
     request_port: int
     stream_port: int
+    # Added after schema 2 was released, with defaults, so older files still decode.
+    model_family: str = ""
+    """The hybrid family of the model ("qwen3-next", "nemotron-h", "qwen3.5"); "" unknown."""
+    state_layout: str = ""
+    """What the family's conv channels and temporal axes are; "" unknown."""
+    conv_shapes: tuple[tuple[int, ...], ...] = ()
+    """Per conv tensor of the mamba pool: [mamba layers, channels, kernel - 1] (one slot)."""
+    conv_dtypes: tuple[str, ...] = ()
+    temporal_shape: tuple[int, ...] = ()
+    """[mamba layers, ...] of one slot's temporal state."""
+    temporal_dtype: str = ""
+    state_bytes_per_slot: int = 0
+    """Conv and temporal bytes of one mamba slot, all layers."""
 
 
 # --- requests (client -> engine) ----------------------------------------------------------

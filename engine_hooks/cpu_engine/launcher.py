@@ -1,4 +1,4 @@
-"""Start the real sglang.Engine on the CPU with the tiny Qwen3-Next (the embedded engine)."""
+"""Start the real sglang.Engine on the CPU with a tiny model of one family (the embedded engine)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from typing import Any
 
 from ..config import PORT_ENV, ConfigError, HooksConfig
 from . import patches
+from .families import DEFAULT_FAMILY, FAMILIES
 from .tiny_model import ensure_tiny_model
 
 STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")
+"""`--mamba-radix-cache-strategy` values the embedded engine accepts."""
 TREE_CORES = ("python", "rust")
 """sglang's tree core backends; the Python one shows every node, the Rust one hides them."""
-"""`--mamba-radix-cache-strategy` values the embedded engine accepts."""
 
 
 class EngineStartError(Exception):
@@ -32,11 +33,16 @@ class EmbeddedEngineConfig:
 
     strategy: str = "extra_buffer"
     page_size: int = 16
+    model: str = DEFAULT_FAMILY
+    """The model family whose tiny model the engine serves (`families.FAMILIES`)."""
     seed: int = 0
     max_running_requests: int = 8
     max_total_tokens: int = 3072
     mamba_slots: int = 32  # small on purpose: the workload must force evictions
     chunked_prefill_size: int = 128
+    track_interval: int = 64
+    """sglang's mamba_track_interval: decode checkpoints every this many tokens. Its default
+    (256) lies beyond most of the workload's answers, so decode tracking would barely run."""
     overlap: bool = True
     """Overlap scheduling where the strategy allows it (sglang refuses it with no_buffer)."""
     log_level: str = "error"
@@ -56,6 +62,8 @@ class EmbeddedEngineConfig:
 
 def validate(config: EmbeddedEngineConfig) -> None:
     """Reject what would fail only after seconds of start-up, with the fix in the message."""
+    if config.model not in FAMILIES:
+        raise EngineStartError(f"unknown model family {config.model!r}; choose one of {', '.join(FAMILIES)}")
     if config.strategy not in STRATEGIES:
         raise EngineStartError(f"unknown strategy {config.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if config.tree_core not in TREE_CORES:
@@ -71,6 +79,8 @@ def validate(config: EmbeddedEngineConfig) -> None:
             fault = get_fault(config.fault)
         except FaultError as exc:
             raise EngineStartError(str(exc)) from None
+        if config.model not in fault.families:
+            raise EngineStartError(f"fault {fault.name} exists in {', '.join(fault.families)}, not {config.model}; adjust --model")
         if config.strategy not in fault.strategies or (fault.page_sizes and config.page_size not in fault.page_sizes):
             sizes = f" with page size {', '.join(map(str, fault.page_sizes))}" if fault.page_sizes else ""
             raise EngineStartError(f"fault {fault.name} exists under {', '.join(fault.strategies)}{sizes}; adjust --strategy / --page-size")
@@ -110,6 +120,7 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
         max_mamba_cache_size=config.mamba_slots,
         max_running_requests=config.max_running_requests,
         chunked_prefill_size=config.chunked_prefill_size,
+        mamba_track_interval=config.track_interval,
         mamba_radix_cache_strategy=config.strategy,
         page_size=config.page_size,
         disable_overlap_schedule=not config.effective_overlap,
@@ -139,7 +150,7 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     if config.verify_recompute:
         os.environ["MCINSPECT_VERIFY_RECOMPUTE"] = "1"
     patches.install()  # before the first sglang import in this process
-    model_path = ensure_tiny_model()
+    model_path = ensure_tiny_model(config.model)
     import sglang
     from sglang.srt.utils import kill_process_tree
 

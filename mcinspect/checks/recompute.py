@@ -19,7 +19,7 @@ from .violation import Violation
 
 RECOMPUTE = "T2-recompute"
 
-TOLERANCE_REL_L2 = 0.05
+TOLERANCE_REL_L2 = 0.03
 """Largest relative L2 distance (either component) still read as the same state. Measured with
 tests/bench/calibrate_t2.py (40 requests a run): clean runs (extra_buffer page 16 and 1,
 no_buffer page 1; 159 slots) reach at most 0.0066 (temporal) and 0.0027 (conv); the

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from engine_runs import MCINSPECT, free_port_pair
 
+from mcinspect_engine_hooks.cpu_engine.families import DEFAULT_FAMILY, FAMILIES
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, RECOMPUTE_CHECK
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
 
@@ -25,20 +26,26 @@ pytestmark = pytest.mark.slow
 REQUESTS = 40
 DETECTION_STEPS = 3
 MATRIX_ENV = "MCINSPECT_FAULT_MATRIX"
-"""Set to 1 for every fault under every configuration it applies to (~25 engine runs)."""
+"""Set to 1 for every fault under every model family and configuration it applies to (~80
+engine runs), and a clean run of each family x configuration."""
 CONFIGS = [("no_buffer", 1), ("extra_buffer", 1), ("extra_buffer", 16), ("extra_buffer_lazy", 16)]
 
-CASES = {
-    # CI: every fault once; the strategies and page sizes each fault applies to, in turn
-    "wrong-chunk-state": ("extra_buffer", 16),
-    "unwritten-slot": ("extra_buffer_lazy", 16),
-    "track-off-by-one": ("extra_buffer", 1),
-    "depth-mismatch": ("no_buffer", 1),
-    "leak-slot": ("extra_buffer_lazy", 16),
-    "double-owner": ("extra_buffer", 1),
-    "overwrite-cached": ("extra_buffer", 16),
-    "ghost-node": ("extra_buffer_lazy", 16),
-}
+CASES = [
+    # CI: every fault once on the default model, the strategies and page sizes in turn ...
+    ("wrong-chunk-state", DEFAULT_FAMILY, "extra_buffer", 16),
+    ("zero-initial-state", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    ("unwritten-slot", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    ("track-off-by-one", DEFAULT_FAMILY, "extra_buffer", 1),
+    ("depth-mismatch", DEFAULT_FAMILY, "no_buffer", 1),
+    ("leak-slot", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    ("double-owner", DEFAULT_FAMILY, "extra_buffer", 1),
+    ("overwrite-cached", DEFAULT_FAMILY, "extra_buffer", 16),
+    ("ghost-node", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    # ... and the two Mamba2 bugs in sglang's real Mamba2 code path
+    ("wrong-chunk-state", "nemotron-h", "extra_buffer", 16),
+    ("zero-initial-state", "nemotron-h", "extra_buffer", 16),
+]
+CLEAN_CASES = [(DEFAULT_FAMILY, "extra_buffer", 16), ("nemotron-h", "extra_buffer", 16)]
 
 
 def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None = None) -> tuple[list[dict], dict]:
@@ -55,23 +62,37 @@ def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None
     return violations, json.loads(demo.stdout)
 
 
-def runs() -> list[tuple[str, str, int]]:
+def runs() -> list[tuple[str, str, str, int]]:
     if os.environ.get(MATRIX_ENV) == "1":
-        return [(name, *config) for name, fault in FAULTS.items() for config in CONFIGS if fault.applies_to(*config)]
-    return [(name, *config) for name, config in CASES.items()]
+        return [
+            (name, model, *config)
+            for name, fault in FAULTS.items()
+            for model in FAMILIES
+            for config in CONFIGS
+            if fault.applies_to(*config, model)
+        ]
+    return CASES
+
+
+def clean_runs() -> list[tuple[str, str, int]]:
+    if os.environ.get(MATRIX_ENV) == "1":
+        return [(model, *config) for model in FAMILIES for config in CONFIGS]
+    return CLEAN_CASES
 
 
 def test_every_fault_has_a_case() -> None:
-    assert CASES.keys() == FAULTS.keys()
-    for name, (strategy, page_size) in CASES.items():
-        assert FAULTS[name].applies_to(strategy, page_size), name
+    assert {name for name, *_ in CASES} == FAULTS.keys()
+    for name, model, strategy, page_size in CASES:
+        assert FAULTS[name].applies_to(strategy, page_size, model), name
 
 
-@pytest.mark.parametrize("fault, strategy, page_size", runs())
-def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, strategy: str, page_size: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault, model, strategy, page_size", runs())
+def test_fault_is_caught_within_three_steps_naming_what_it_touched(
+    fault: str, model: str, strategy: str, page_size: int, tmp_path: Path
+) -> None:
     spec = FAULTS[fault]
     log = tmp_path / "faults.jsonl"
-    args = ["--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
+    args = ["--model", model, "--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
     args += ["--verify"] if RECOMPUTE_CHECK in spec.expected_checks else []
     violations, _ = record_and_check(tmp_path, *args, env={**os.environ, LOG_ENV: str(log)})
     actions = [json.loads(line) for line in log.read_text().splitlines()]
@@ -81,7 +102,7 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, s
     caught = sorted((v for v in violations if v["check"] in spec.expected_checks), key=lambda v: v["step"])
     assert caught, f"{fault}: expected {spec.expected_checks}, got {sorted({v['check'] for v in violations})}"
     detection = caught[0]
-    print(f"{fault} {strategy} page {page_size}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
+    print(f"{fault} {model} {strategy} page {page_size}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
     assert 0 <= detection["step"] - first <= DETECTION_STEPS, f"{fault}: first action at step {first}, caught at {detection}"
     touched = {
         "slots": {a["slot"] for a in actions if a["slot"] is not None},
@@ -92,8 +113,10 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(fault: str, s
         assert any(set(detection[kind]) & touched[kind] for kind in touched), f"{fault}: {detection} names none of {touched}"
 
 
-def test_clean_run_has_no_violations(tmp_path: Path) -> None:
-    violations, summary = record_and_check(tmp_path, "--verify")
+@pytest.mark.parametrize("model, strategy, page_size", clean_runs())
+def test_clean_run_has_no_violations(model: str, strategy: str, page_size: int, tmp_path: Path) -> None:
+    violations, summary = record_and_check(tmp_path, "--verify", "--model", model, "--strategy", strategy, "--page-size", str(page_size))
     assert summary["stats"]["evicted_mamba_slots"] > 0  # the run did exercise eviction
+    assert summary["engine"]["model_family"] == model
     assert violations == []
 
