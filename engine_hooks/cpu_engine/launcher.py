@@ -45,6 +45,8 @@ class EmbeddedEngineConfig:
     (256) lies beyond most of the workload's answers, so decode tracking would barely run."""
     overlap: bool = True
     """Overlap scheduling where the strategy allows it (sglang refuses it with no_buffer)."""
+    radix_cache: bool = True
+    """False: every request computes its whole prompt (the truth of a differential run)."""
     log_level: str = "error"
     inspector_port: int | None = None
     tree_core: str = "python"
@@ -124,6 +126,7 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
         mamba_radix_cache_strategy=config.strategy,
         page_size=config.page_size,
         disable_overlap_schedule=not config.effective_overlap,
+        disable_radix_cache=not config.radix_cache,
         disable_cuda_graph=True,
         log_level=config.log_level,
         # sglang's default handler SIGKILLs this whole process tree when a child fails;
@@ -141,14 +144,12 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     validate(config)
     os.environ[patches.ENV_FLAG] = "1"  # reaches the scheduler processes sglang spawns
     os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = config.tree_core
-    if config.inspector_port is not None:
-        os.environ[PORT_ENV] = str(config.inspector_port)
-    if config.self_check:
-        os.environ["MCINSPECT_SELF_CHECK"] = "1"
-    if config.fault is not None:
-        os.environ["MCINSPECT_FAULT"] = config.fault
-    if config.verify_recompute:
-        os.environ["MCINSPECT_VERIFY_RECOMPUTE"] = "1"
+    # Set or cleared: a process that starts engines one after another (differential runs)
+    # must not hand the previous engine's port or fault to the next one's processes.
+    _set_env(PORT_ENV, str(config.inspector_port) if config.inspector_port is not None else None)
+    _set_env("MCINSPECT_SELF_CHECK", "1" if config.self_check else None)
+    _set_env("MCINSPECT_FAULT", config.fault)
+    _set_env("MCINSPECT_VERIFY_RECOMPUTE", "1" if config.verify_recompute else None)
     patches.install()  # before the first sglang import in this process
     model_path = ensure_tiny_model(config.model)
     import sglang
@@ -164,6 +165,13 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
         if isinstance(exc, RuntimeError):
             raise EngineStartError(f"the engine failed to start: {_first_line(exc)}") from exc
         raise
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _first_line(exc: BaseException) -> str:
