@@ -48,6 +48,7 @@ from . import extensions
 from .capture import Capture
 from .config import HooksConfig
 from .contents import ContentCapture
+from .cpu_engine.families import family_of_architecture
 from .events import EventSink
 from .guard import ErrorCounter
 from .live_cadence import LiveCadence
@@ -295,6 +296,8 @@ def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, 
     pool = scheduler.req_to_token_pool
     mamba_pool = getattr(pool, "mamba_pool", None)
     tree_core = getattr(scheduler.tree_cache, "tree_core", None)
+    hf_config = getattr(getattr(scheduler, "model_config", None), "hf_config", None)
+    family = family_of_architecture(((getattr(hf_config, "architectures", None) or [""])[0]))
     return EngineInfo(
         schema_version=SCHEMA_VERSION,
         sglang_version=sglang.__version__,
@@ -311,6 +314,24 @@ def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, 
         pid=os.getpid(),
         request_port=port,
         stream_port=stream_port,
+        model_family=family.name if family is not None else "",
+        state_layout=family.state_layout if family is not None else "",
+        **state_shapes(mamba_pool),
+    )
+
+
+def state_shapes(mamba_pool: Any) -> dict[str, Any]:
+    """EngineInfo's conv / temporal shapes, dtypes and bytes of one slot, from the live pool."""
+    cache = getattr(mamba_pool, "mamba_cache", None)
+    if cache is None:
+        return {}
+    one_slot = [t[:, 0] for t in (*cache.conv, cache.temporal)]  # [layers, size + 1, ...] -> [layers, ...]
+    return dict(
+        conv_shapes=tuple(tuple(t.shape) for t in one_slot[:-1]),
+        conv_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in one_slot[:-1]),
+        temporal_shape=tuple(one_slot[-1].shape),
+        temporal_dtype=str(one_slot[-1].dtype).removeprefix("torch."),
+        state_bytes_per_slot=sum(t.numel() * t.element_size() for t in one_slot),
     )
 
 

@@ -123,6 +123,14 @@ class Verify(str, enum.Enum):
     off = "off"
 
 
+class Model(str, enum.Enum):
+    """The embedded engine's model families (`mcinspect_engine_hooks.cpu_engine.families`)."""
+
+    qwen3_next = "qwen3-next"
+    nemotron_h = "nemotron-h"
+    qwen3_5 = "qwen3.5"
+
+
 class Strategy(str, enum.Enum):
     no_buffer = "no_buffer"
     extra_buffer = "extra_buffer"
@@ -134,7 +142,8 @@ def main() -> None:
     """Inspect the mamba (SSM) prefix cache of a live SGLang engine.
 
     Start with `mcinspect demo --headless`: the real SGLang engine on this CPU with a tiny
-    Qwen3-Next, driven by a workload that hits, extends and evicts the cache.
+    Qwen3-Next (or `--model nemotron-h`, `--model qwen3.5`), driven by a workload that hits,
+    extends and evicts the cache.
     """
     for signum in STOPPED:  # a plain kill stops any command cleanly, like Ctrl-C
         signal.signal(signum, _stopping)
@@ -142,6 +151,7 @@ def main() -> None:
 
 @app.command()
 def demo(
+    model: Annotated[Model, typer.Option(help="The tiny model's family: qwen3-next and qwen3.5 (gated delta net) or nemotron-h (Mamba2).")] = Model.qwen3_next,
     strategy: Annotated[Strategy, typer.Option(help="--mamba-radix-cache-strategy of the engine.")] = Strategy.extra_buffer,
     page_size: Annotated[int, typer.Option(min=1, help="KV page size (no_buffer needs 1).")] = 16,
     seed: Annotated[int, typer.Option(help="Seeds the workload and the engine: same seed, same outputs.")] = 0,
@@ -163,7 +173,7 @@ def demo(
         typer.Option("--every-step/--live", help="TUI: every scheduler step, or the live stream (default: every step with --fault, else live).", show_default=False),
     ] = None,
 ) -> None:
-    """Run the real SGLang engine on the CPU with a tiny Qwen3-Next and a cache workload.
+    """Run the real SGLang engine on the CPU with a tiny hybrid model and a cache workload.
 
     The workload mixes shared system prefixes, multi-turn conversations, branches from the
     middle of earlier prompts, chunked prefill and enough unrelated prompts to force evictions.
@@ -182,6 +192,7 @@ def demo(
     if serve and not hooks:
         fail("--serve keeps the engine up for inspector clients; it needs the hooks (drop --no-hooks)")
     config = EmbeddedEngineConfig(
+        model=model.value,
         strategy=strategy.value,
         page_size=page_size,
         seed=seed,

@@ -47,7 +47,7 @@ def progress(config: EmbeddedEngineConfig, total: int) -> Iterator[tuple[Callabl
     """Show engine start-up, then workload progress; yields the two callbacks run_demo takes."""
     overlap = "on" if config.effective_overlap else "off"
     stderr.print(
-        f"mcinspect demo: {config.strategy}, page {config.page_size}, overlap {overlap}, seed {config.seed}, "
+        f"mcinspect demo: {config.model}, {config.strategy}, page {config.page_size}, overlap {overlap}, seed {config.seed}, "
         f"{total} requests; "
         + (f"inspector on 127.0.0.1:{config.inspector_port}" if config.inspector_port is not None else "hooks off"),
         highlight=False,
@@ -80,11 +80,12 @@ def serve_until_interrupted(summary: DemoSummary, port: int | None, json_out: bo
 
 def summary_dict(summary: DemoSummary) -> dict[str, Any]:
     """The summary as plain JSON-able data, derived figures included."""
-    data = {key: value for key, value in vars(summary).items() if key != "stats"}
+    data = {key: value for key, value in vars(summary).items() if key not in ("stats", "engine")}
     data["hit_rate"] = round(summary.hit_rate, 4)
     data["generated_tokens_per_s"] = round(summary.generated_tokens_per_s, 2)
     data["processed_tokens_per_s"] = round(summary.processed_tokens_per_s, 2)
     data["stats"] = msgspec.to_builtins(summary.stats) if summary.stats is not None else None
+    data["engine"] = msgspec.to_builtins(summary.engine) if summary.engine is not None else None
     return data
 
 
@@ -137,6 +138,10 @@ def print_summary(summary: DemoSummary) -> None:
     table = Table(title="mcinspect demo summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
+    table.add_row("model", summary.model + (f" ({summary.engine.model_path})" if summary.engine is not None else ""))
+    if summary.engine is not None and summary.engine.state_layout:
+        table.add_row("mamba state", summary.engine.state_layout)
+        table.add_row("state per slot", state_shapes_line(summary.engine))
     table.add_row("requests", f"{summary.requests} in {summary.waves} waves, {summary.requests_with_hits} hit the cache")
     table.add_row(
         "prompt tokens",
@@ -182,8 +187,10 @@ def print_ranks(ranks: list[RankInfo]) -> None:
         f"[bold]{first.model_path}[/]  sglang {first.sglang_version}, schema {first.schema_version}\n"
         f"strategy {first.strategy}, page size {first.page_size}, overlap {'on' if first.overlap else 'off'}, "
         f"tree core {first.tree_core}{'' if first.full_tree_detail else ' (nodes off request paths hidden)'}\n"
-        f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens\n"
-        f"{verification_setting(first)}",
+        f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens"
+        + (f"\nmodel family {first.model_family}: {first.state_layout}" if first.model_family else "")
+        + (f"\nstate per slot: {state_shapes_line(first)}" if first.temporal_shape else "")
+        + f"\n{verification_setting(first)}",
         highlight=False,
     )
     table = Table("tp", "dp", "pid", "ports", "step", "unobserved", "slots in use", "published", "dropped", "hook errors", "rejected")
@@ -209,6 +216,12 @@ def verification_setting(info: EngineInfo) -> str:
         f"T2 verification by the {info.verify} oracle, within {info.verify_share:.0%} of the scheduler's busy time "
         f"and {info.verify_rate:g} references a second"
     )
+
+
+def state_shapes_line(info: EngineInfo) -> str:
+    """One slot's mamba state: conv and temporal shapes with dtypes, and its bytes."""
+    convs = ", ".join(f"{list(shape)} {dtype}" for shape, dtype in zip(info.conv_shapes, info.conv_dtypes))
+    return f"conv {convs}; temporal {list(info.temporal_shape)} {info.temporal_dtype}; {info.state_bytes_per_slot:,} bytes"
 
 
 def verification_counts(v: VerifyStats) -> str:

@@ -14,7 +14,7 @@ from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, Eng
 from mcinspect_engine_hooks.cpu_engine.workload import Workload
 
 from .client import EngineUnreachable, request
-from .schema import SCHEMA_VERSION, GetStats, Hello, Stats
+from .schema import SCHEMA_VERSION, EngineInfo, GetStats, Hello, Stats
 from .target import Target
 
 
@@ -29,6 +29,10 @@ class DemoSummary:
     engine_start_s: float
     verify: str = "off"
     """The T2 oracles the engine verified with."""
+    model: str = ""
+    """The model family the engine served."""
+    engine: EngineInfo | None = None
+    """What the hooks said about the engine (its state layout among it); None without hooks."""
     workload_s: float = 0.0
     requests: int = 0
     waves: int = 0
@@ -67,7 +71,7 @@ def run_demo(
     `record_path` if given), collect the summary, then call `after_workload` (which may keep
     the engine up for other clients) and shut down."""
     started = time.perf_counter()
-    engine = _start_engine_with_hooks(config)
+    engine, info = _start_engine_with_hooks(config)
     recording = contextlib.nullcontext()
     if record_path is not None and config.inspector_port is not None:
         recording = _recording(Target("127.0.0.1", config.inspector_port), record_path)
@@ -79,6 +83,8 @@ def run_demo(
             seed=config.seed,
             engine_start_s=time.perf_counter() - started,
             verify=config.verify if config.inspector_port is not None else "off",
+            model=config.model,
+            engine=info,
         )
         on_engine_started(summary.engine_start_s)
         with recording:
@@ -120,14 +126,14 @@ def _final_stats(target: Target, *, verifying: bool) -> Stats | None:
     return reply
 
 
-def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> Any:
-    """start_engine, then raise EngineStartError (engine shut down) if the hooks did not come
-    up with it: a hook that fails logs why and leaves the engine running, as it must."""
+def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> tuple[Any, EngineInfo | None]:
+    """start_engine and the hooks' EngineInfo; raise EngineStartError (engine shut down) if the
+    hooks did not come up with it: a hook that fails logs why and leaves the engine running, as it must."""
     engine = start_engine(config)
     if config.inspector_port is None:
-        return engine
+        return engine, None
     try:
-        request(Target("127.0.0.1", config.inspector_port), Hello(schema_version=SCHEMA_VERSION), timeout_s=10)
+        info = request(Target("127.0.0.1", config.inspector_port), Hello(schema_version=SCHEMA_VERSION), timeout_s=10)
     except EngineUnreachable:
         engine.shutdown()
         raise EngineStartError(
@@ -137,7 +143,7 @@ def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> Any:
     except BaseException:
         engine.shutdown()
         raise
-    return engine
+    return engine, info if isinstance(info, EngineInfo) else None
 
 
 @contextlib.contextmanager
@@ -173,14 +179,14 @@ def run_demo_in_background(config: EmbeddedEngineConfig, requests: int) -> Itera
     """Start the engine here (sglang needs the main thread), then drive it from a thread:
     `requests` requests, then a slower trickle of new seeds so there is always something to
     watch, until the block exits; then shut down."""
-    print(f"starting the SGLang engine on the CPU ({config.strategy}, page {config.page_size})...", flush=True)
-    engine = _start_engine_with_hooks(config)
+    print(f"starting the SGLang engine on the CPU ({config.model}, {config.strategy}, page {config.page_size})...", flush=True)
+    engine, _ = _start_engine_with_hooks(config)
     stop = threading.Event()
 
     def drive() -> None:
         seed, total, pause_s = config.seed, requests, 0.0
         while not stop.is_set():
-            summary = DemoSummary(config.strategy, config.page_size, config.effective_overlap, seed, engine_start_s=0.0)
+            summary = DemoSummary(config.strategy, config.page_size, config.effective_overlap, seed, engine_start_s=0.0, model=config.model)
             _drive(engine, Workload(seed=seed, total_requests=total), summary, lambda done: None, stop=stop, pause_s=pause_s)
             seed, total, pause_s = seed + 1, 10, 1.0
 

@@ -185,7 +185,7 @@ class SlotContent(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """Every element is zero (a cleared slot)."""
     step: Step
     """The step whose boundary the fingerprint was taken at."""
-    # --- T2 recompute (engine_hooks/verify.py; embedded CPU engine with MCINSPECT_VERIFY_RECOMPUTE=1) ---
+    # --- T2 recompute (engine_hooks/verifier.py, MCINSPECT_VERIFY) ---
     recompute_conv_rel_l2: float = -1.0
     """||conv - recomputed conv|| / ||recomputed conv|| over all mamba layers, the recompute being
     the owning node's prefix run alone (mcinspect_kernels.state_distance); -1.0: not verified."""
@@ -397,6 +397,19 @@ class EngineInfo(_Message):
     """Which forwards' track writes the engine reports (TrackWriteEvent): "all" (eager forwards),
     "extend" (decode steps are replayed from CUDA graphs, whose copies no hook sees), "" (none:
     an engine or recording from before the hooks)."""
+    # Added after schema 2 was released, with defaults, so older files still decode.
+    model_family: str = ""
+    """The hybrid family of the model ("qwen3-next", "nemotron-h", "qwen3.5"); "" unknown."""
+    state_layout: str = ""
+    """What the family's conv channels and temporal axes are; "" unknown."""
+    conv_shapes: tuple[tuple[int, ...], ...] = ()
+    """Per conv tensor of the mamba pool: [mamba layers, channels, kernel - 1] (one slot)."""
+    conv_dtypes: tuple[str, ...] = ()
+    temporal_shape: tuple[int, ...] = ()
+    """[mamba layers, ...] of one slot's temporal state."""
+    temporal_dtype: str = ""
+    state_bytes_per_slot: int = 0
+    """Conv and temporal bytes of one mamba slot, all layers."""
 
 
 # --- requests (client -> engine) ----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Start the real sglang.Engine on the CPU with the tiny Qwen3-Next (the embedded engine)."""
+"""Start the real sglang.Engine on the CPU with a tiny model of one family (the embedded engine)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from mcinspect.errors import McinspectError
 
 from ..config import PORT_ENV, VERIFY_ENV, VERIFY_MODES, VERIFY_RATE_ENV, VERIFY_SHARE_ENV, ConfigError, HooksConfig
 from . import patches
+from .families import DEFAULT_FAMILY, FAMILIES
 from .tiny_model import ensure_tiny_model
 
 STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")
+"""`--mamba-radix-cache-strategy` values the embedded engine accepts."""
 DEMO_VERIFY_SHARE = 0.5
 DEMO_VERIFY_RATE = 100.0
 """The demo verifies (nearly) every state it caches, to show the faults caught: it may spend
@@ -24,7 +26,6 @@ half the scheduler's busy time on references, 100 a second (production engines d
 and 20 a second)."""
 TREE_CORES = ("python", "rust")
 """sglang's tree core backends; the Python one shows every node, the Rust one hides them."""
-"""`--mamba-radix-cache-strategy` values the embedded engine accepts."""
 
 
 class EngineStartError(McinspectError):
@@ -41,13 +42,20 @@ class EmbeddedEngineConfig:
 
     strategy: str = "extra_buffer"
     page_size: int = 16
+    model: str = DEFAULT_FAMILY
+    """The model family whose tiny model the engine serves (`families.FAMILIES`)."""
     seed: int = 0
     max_running_requests: int = 8
     max_total_tokens: int = 3072
     mamba_slots: int = 32  # small on purpose: the workload must force evictions
     chunked_prefill_size: int = 128
+    track_interval: int = 64
+    """sglang's mamba_track_interval: decode checkpoints every this many tokens. Its default
+    (256) lies beyond most of the workload's answers, so decode tracking would barely run."""
     overlap: bool = True
     """Overlap scheduling where the strategy allows it (sglang refuses it with no_buffer)."""
+    radix_cache: bool = True
+    """False: every request computes its whole prompt (the truth of a differential run)."""
     log_level: str = "error"
     inspector_port: int | None = None
     tree_core: str = "python"
@@ -70,6 +78,8 @@ class EmbeddedEngineConfig:
 
 def validate(config: EmbeddedEngineConfig) -> None:
     """Reject what would fail only after seconds of start-up, with the fix in the message."""
+    if config.model not in FAMILIES:
+        raise EngineStartError(f"unknown model family {config.model!r}; choose one of {', '.join(FAMILIES)}")
     if config.strategy not in STRATEGIES:
         raise EngineStartError(f"unknown strategy {config.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if config.tree_core not in TREE_CORES:
@@ -85,6 +95,8 @@ def validate(config: EmbeddedEngineConfig) -> None:
             fault = get_fault(config.fault)
         except FaultError as exc:
             raise EngineStartError(str(exc)) from None
+        if config.model not in fault.families:
+            raise EngineStartError(f"fault {fault.name} exists in {', '.join(fault.families)}, not {config.model}; adjust --model")
         if config.strategy not in fault.strategies or (fault.page_sizes and config.page_size not in fault.page_sizes):
             sizes = f" with page size {', '.join(map(str, fault.page_sizes))}" if fault.page_sizes else ""
             raise EngineStartError(f"fault {fault.name} exists under {', '.join(fault.strategies)}{sizes}; adjust --strategy / --page-size")
@@ -124,9 +136,11 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
         max_mamba_cache_size=config.mamba_slots,
         max_running_requests=config.max_running_requests,
         chunked_prefill_size=config.chunked_prefill_size,
+        mamba_track_interval=config.track_interval,
         mamba_radix_cache_strategy=config.strategy,
         page_size=config.page_size,
         disable_overlap_schedule=not config.effective_overlap,
+        disable_radix_cache=not config.radix_cache,
         disable_cuda_graph=True,
         log_level=config.log_level,
         # sglang's default handler SIGKILLs this whole process tree when a child fails;
@@ -144,17 +158,16 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     validate(config)
     os.environ[patches.ENV_FLAG] = "1"  # reaches the scheduler processes sglang spawns
     os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = config.tree_core
-    if config.inspector_port is not None:
-        os.environ[PORT_ENV] = str(config.inspector_port)
-    if config.self_check:
-        os.environ["MCINSPECT_SELF_CHECK"] = "1"
-    if config.fault is not None:
-        os.environ["MCINSPECT_FAULT"] = config.fault
+    # Set or cleared: a process that starts engines one after another (differential runs)
+    # must not hand the previous engine's port or fault to the next one's processes.
+    _set_env(PORT_ENV, str(config.inspector_port) if config.inspector_port is not None else None)
+    _set_env("MCINSPECT_SELF_CHECK", "1" if config.self_check else None)
+    _set_env("MCINSPECT_FAULT", config.fault)
     os.environ[VERIFY_ENV] = config.verify
     os.environ.setdefault(VERIFY_SHARE_ENV, str(config.verify_share))
     os.environ.setdefault(VERIFY_RATE_ENV, str(config.verify_rate))
     patches.install()  # before the first sglang import in this process
-    model_path = ensure_tiny_model()
+    model_path = ensure_tiny_model(config.model)
     import sglang
     from sglang.srt.utils import kill_process_tree
 
@@ -211,6 +224,13 @@ def _wake_on_signals(loop: Any) -> None:
     loop.add_reader(reader.fileno(), lambda: reader.recv(4096))
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     _wakeup[:] = [reader, writer]
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _first_line(exc: BaseException) -> str:

@@ -33,6 +33,15 @@ LAUNCHER_PID_ENV = "MCINSPECT_ENGINE_LAUNCHER_PID"
 SGLANG_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 
 
+def _post_import_definitions() -> dict[str, dict[str, Any]]:
+    """Module -> {attribute: value} for names the module binds only on accelerators."""
+    from mcinspect_kernels.cpu_ops import ACCELERATOR_ONLY_NAMES
+
+    # Reason: mamba.py (Mamba2, NemotronH) imports its causal conv kernels only under
+    # is_cuda() / is_npu() / is_xpu(), yet calls them on every device.
+    return {module: dict(attrs) for module, attrs in ACCELERATOR_ONLY_NAMES.items()}
+
+
 def _post_import_patches() -> dict[str, dict[str, Any]]:
     """Module -> {attribute: replacement}, applied right after the module executes."""
     from mcinspect_kernels.cpu_ops import TRITON_REPLACEMENTS
@@ -46,8 +55,9 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
         "sglang.kernels.ops.attention.fla.fused_norm_gate": {"_use_cpu": True},
         "sglang.kernels.ops.attention.fla.layernorm_gated": {"_use_cpu": True},
     }
-    # Reason: mamba state-tracking copies and the MoE shared-expert gate are Triton-only on
-    # a non-AMX CPU; torch versions with the same signatures replace them.
+    # Reason: mamba state-tracking copies, the MoE shared-expert gate and Mamba2's SSD scan
+    # and decode update are Triton-only on a non-AMX CPU; torch versions with the same
+    # signatures replace them.
     for module, attrs in TRITON_REPLACEMENTS.items():
         patches.setdefault(module, {}).update(attrs)
     return patches
@@ -81,10 +91,10 @@ def install() -> None:
     # Reason: PyPI's sglang-kernel has CUDA builds only; sglang's CPU path imports its CPU
     # ops from `sgl_kernel.mamba` and `torch.ops.sgl_kernel`.
     _install_sgl_kernel_cpu_ops()
-    patches = _post_import_patches()
-    for module_name in patches.keys() & sys.modules.keys():  # imported before install()
-        _set_attributes(sys.modules[module_name], patches.pop(module_name))
-    sys.meta_path.insert(0, _PostImportPatcher(patches))
+    patcher = _PostImportPatcher(_post_import_patches(), _post_import_definitions())
+    for module_name in patcher.modules() & sys.modules.keys():  # imported before install()
+        patcher.apply(sys.modules[module_name])
+    sys.meta_path.insert(0, patcher)
     _disable_pin_memory_without_accelerator()
     _leave_stop_signals_to_the_launcher()
     # Reason: on CPU sglang warns at import that CUDA-only quantization and Triton paths are
@@ -219,15 +229,32 @@ def _set_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
         setattr(module, name, value)
 
 
-class _PostImportPatcher(importlib.abc.MetaPathFinder):
-    """Sets attributes on a module right after it executes, before anyone imports from it."""
+def _define_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
+    for name, value in attrs.items():
+        if hasattr(module, name):  # sglang now binds it on CPU: ours would shadow theirs
+            raise AttributeError(f"mcinspect CPU engine: {module.__name__}.{name} now exists on CPU; the patch needs updating")
+        setattr(module, name, value)
 
-    def __init__(self, patches: dict[str, dict[str, Any]]) -> None:
-        self.patches = patches
+
+class _PostImportPatcher(importlib.abc.MetaPathFinder):
+    """Sets attributes on a module right after it executes, before anyone imports from it:
+    `replacements` must exist there, `definitions` must not."""
+
+    def __init__(self, replacements: dict[str, dict[str, Any]], definitions: dict[str, dict[str, Any]]) -> None:
+        self.replacements = replacements
+        self.definitions = definitions
+        self._done: set[str] = set()
+
+    def modules(self) -> set[str]:
+        return (self.replacements.keys() | self.definitions.keys()) - self._done
+
+    def apply(self, module: types.ModuleType) -> None:
+        self._done.add(module.__name__)
+        _set_attributes(module, self.replacements.get(module.__name__, {}))
+        _define_attributes(module, self.definitions.get(module.__name__, {}))
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        attrs = self.patches.get(fullname)
-        if attrs is None:
+        if fullname not in self.modules():
             return None
         sys.meta_path.remove(self)  # let the normal finders locate the real module
         try:
@@ -240,7 +267,7 @@ class _PostImportPatcher(importlib.abc.MetaPathFinder):
 
         def exec_then_patch(module: types.ModuleType) -> None:
             run_module(module)
-            _set_attributes(module, attrs)
+            self.apply(module)
 
         spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
         return spec

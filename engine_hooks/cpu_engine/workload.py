@@ -5,9 +5,11 @@ requests run concurrently (shared prefill batches, interleaved decodes). The mix
 the cache must get right: shared system prefixes, multi-turn conversations whose previous
 output becomes the next prefix, branches cut from the middle of an earlier prompt (unaligned
 with pages and chunks), long prompts that go through chunked prefill, and a stream of unrelated
-prompts that fills the pools and forces evictions, and packed pairs that share one prefill
-batch at an offset that is not a multiple of the 64-token state chunk. Everything derives from
-the seed.
+prompts that fills the pools and forces evictions, packed pairs that share one prefill
+batch at an offset that is not a multiple of the 64-token state chunk, and few-shot questions
+(a cached system prompt, a few new tokens, a long answer) whose short suffix after the hit
+reaches no checkpoint while the answer crosses one. Everything derives from the seed, and
+the same workload serves every model family.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 FIRST_TOKEN = 3
 """Token ids below this are bos/eos/pad in the tiny model and never appear in prompts."""
 
-KINDS = ("shared-prefix", "multi-turn", "branch", "chunked", "pressure", "packed")
+KINDS = ("shared-prefix", "multi-turn", "branch", "chunked", "pressure", "packed", "few-shot")
 """Request kinds, in the order the workload cycles through them."""
 
 
@@ -46,6 +48,8 @@ class WorkloadShape:
     # Packed prompt lengths: a short and a long one fit one 128-token prefill chunk together.
     packed_short_len: tuple[int, int] = (17, 47)
     packed_long_len: tuple[int, int] = (65, 80)
+    # A few-shot answer long enough to cross the next 64-token checkpoint after the prompt.
+    few_shot_answer_len: int = 64
 
 
 @dataclass
@@ -80,7 +84,13 @@ class Workload:
 
     def _make(self, kind: str, index: int) -> RequestSpec:
         shape = self.shape
-        if kind == "packed":
+        max_new_tokens = shape.max_new_tokens
+        if kind == "few-shot":
+            # As in #29330: a hit on a shared prompt, a suffix too short to reach a checkpoint
+            # (nothing tracked while prefilling it), then an answer that crosses one.
+            prompt = self._rng.choice(self._system_prompts) + self._tokens(self._rng.randint(3, 17))
+            max_new_tokens = shape.few_shot_answer_len
+        elif kind == "packed":
             # Alternately short and long fresh prompts, sent together: the long one shares a
             # prefill batch with the short one before it, so the state it checkpoints (after
             # 64 tokens) sits at an unaligned offset of the flattened batch.
@@ -99,8 +109,8 @@ class Workload:
         else:  # shared-prefix, and the fallback before any history exists
             kind = "shared-prefix"
             prompt = self._rng.choice(self._system_prompts) + self._tokens(self._rng.randint(1, 23))
-        prompt = prompt[-(shape.max_context - shape.max_new_tokens) :]
-        return RequestSpec(input_ids=prompt, max_new_tokens=shape.max_new_tokens, kind=kind)
+        prompt = prompt[-(shape.max_context - max_new_tokens) :]
+        return RequestSpec(input_ids=prompt, max_new_tokens=max_new_tokens, kind=kind)
 
     def _tokens(self, n: int) -> list[int]:
         return [self._rng.randrange(FIRST_TOKEN, self.shape.vocab_size) for _ in range(n)]

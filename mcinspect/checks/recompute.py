@@ -23,7 +23,7 @@ from .violation import Violation, name_node
 
 RECOMPUTE = "T2-recompute"
 
-TOLERANCE_REL_L2 = {"engine": 0.01, "engine-decoded": 0.1, "transformers": 0.05}
+TOLERANCE_REL_L2 = {"engine": 0.01, "engine-decoded": 0.1, "transformers": 0.03}
 """Largest relative L2 distance (either component) still read as the same state, by oracle and,
 for the engine oracle, by the forward that wrote the state. Calibrated with
 tests/bench/calibrate_t2.py (README, "T2 verification": clean max, faulty min, margin):
@@ -33,8 +33,8 @@ tests/bench/calibrate_t2.py (README, "T2 verification": clean max, faulty min, m
 - engine-decoded, a state decode steps wrote (no_buffer's finished working slot, a decode-tracked
   checkpoint, a working state after decoding): the token-by-token recurrence against the
   reference's chunked prefill, and bf16 conv inputs from decode-shaped batches, reach 0.025.
-- transformers: two implementations of a bf16 model; clean runs reach 0.0066, the
-  wrong-chunk-state fault 1.0."""
+- transformers: two implementations of a bf16 model (tests/bench/calibrate_t2.py --oracle
+  transformers, per family: see its output in the README)."""
 
 
 def tolerance(oracle: str, forward: str = "") -> float:

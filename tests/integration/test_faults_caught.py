@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mcinspect_engine_hooks.cpu_engine.families import DEFAULT_FAMILY, FAMILIES
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, RECOMPUTE_CHECK
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
 
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.slow
 REQUESTS = 40
 DETECTION_STEPS = 3
 MATRIX_ENV = "MCINSPECT_FAULT_MATRIX"
-"""Set to 1 for every fault under every configuration it applies to (~25 engine runs)."""
+"""Set to 1 for every fault under every model family and configuration it applies to (~80
+engine runs), and a clean run of each family x configuration."""
 CONFIGS = [("no_buffer", 1), ("extra_buffer", 1), ("extra_buffer", 16), ("extra_buffer_lazy", 16)]
 TREE_CORES = ("python", "rust")
 """The matrix runs the faults a recompute catches under both tree cores: the engine oracle reads
@@ -36,18 +38,23 @@ VERIFY_ENV = {"MCINSPECT_VERIFY_SHARE": "1", "MCINSPECT_VERIFY_RATE": "1000", "M
 for half its references: detection is measured from the state's first chance to be read."""
 RECOMPUTE_CHECKS = (RECOMPUTE_CHECK, "T2-working-state")
 
-CASES = {
-    # CI: every fault once; the strategies and page sizes each fault applies to, in turn
-    "wrong-chunk-state": ("extra_buffer", 16),
-    "unwritten-slot": ("extra_buffer_lazy", 16),
-    "track-off-by-one": ("extra_buffer", 1),
-    "depth-mismatch": ("no_buffer", 1),
-    "leak-slot": ("extra_buffer_lazy", 16),
-    "double-owner": ("extra_buffer", 1),
-    "overwrite-cached": ("extra_buffer", 16),
-    "ghost-node": ("extra_buffer_lazy", 16),
-    "dropped-cow": ("extra_buffer", 16),
-}
+CASES = [
+    # CI: every fault once on the default model, the strategies and page sizes in turn ...
+    ("wrong-chunk-state", DEFAULT_FAMILY, "extra_buffer", 16),
+    ("zero-initial-state", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    ("unwritten-slot", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    ("track-off-by-one", DEFAULT_FAMILY, "extra_buffer", 1),
+    ("depth-mismatch", DEFAULT_FAMILY, "no_buffer", 1),
+    ("leak-slot", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    ("double-owner", DEFAULT_FAMILY, "extra_buffer", 1),
+    ("overwrite-cached", DEFAULT_FAMILY, "extra_buffer", 16),
+    ("ghost-node", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
+    ("dropped-cow", DEFAULT_FAMILY, "extra_buffer", 16),
+    # ... and the two Mamba2 bugs in sglang's real Mamba2 code path
+    ("wrong-chunk-state", "nemotron-h", "extra_buffer", 16),
+    ("zero-initial-state", "nemotron-h", "extra_buffer", 16),
+]
+CLEAN_CASES = [(DEFAULT_FAMILY, "extra_buffer", 16), ("nemotron-h", "extra_buffer", 16)]
 
 
 def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None = None) -> tuple[list[dict], dict]:
@@ -65,32 +72,40 @@ def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None
     return violations, json.loads(demo.stdout)
 
 
-def runs() -> list[tuple[str, str, int, str]]:
+def runs() -> list[tuple[str, str, str, int, str]]:
     if os.environ.get(MATRIX_ENV) == "1":
         return [
-            (name, *config, core)
+            (name, model, *config, core)
             for name, fault in FAULTS.items()
+            for model in FAMILIES
             for config in CONFIGS
-            if fault.applies_to(*config)
+            if fault.applies_to(*config, model)
             for core in (TREE_CORES if set(fault.expected_checks) & set(RECOMPUTE_CHECKS) else ("python",))
         ]
-    return [(name, *config, "python") for name, config in CASES.items()]
+    return [(*case, "python") for case in CASES]
+
+
+def clean_runs() -> list[tuple[str, str, int]]:
+    if os.environ.get(MATRIX_ENV) == "1":
+        return [(model, *config) for model in FAMILIES for config in CONFIGS]
+    return CLEAN_CASES
 
 
 def test_every_fault_has_a_case() -> None:
-    assert CASES.keys() == FAULTS.keys()
-    for name, (strategy, page_size) in CASES.items():
-        assert FAULTS[name].applies_to(strategy, page_size), name
+    assert {name for name, *_ in CASES} == FAULTS.keys()
+    for name, model, strategy, page_size in CASES:
+        assert FAULTS[name].applies_to(strategy, page_size, model), name
 
 
-@pytest.mark.parametrize("fault, strategy, page_size, tree_core", runs())
+@pytest.mark.parametrize("fault, model, strategy, page_size, tree_core", runs())
 def test_fault_is_caught_within_three_steps_naming_what_it_touched(
-    fault: str, strategy: str, page_size: int, tree_core: str, tmp_path: Path
+    fault: str, model: str, strategy: str, page_size: int, tree_core: str, tmp_path: Path
 ) -> None:
     """The engine oracle alone for the faults a recompute catches (the transformers oracle off)."""
     spec = FAULTS[fault]
     log = tmp_path / "faults.jsonl"
-    args = ["--fault", fault, "--strategy", strategy, "--page-size", str(page_size), "--tree-core", tree_core, "--verify", "engine"]
+    args = ["--model", model, "--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
+    args += ["--tree-core", tree_core, "--verify", "engine"]
     violations, _ = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV, LOG_ENV: str(log)})
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["fault"] == fault and a["step"] is not None for a in actions)
@@ -99,7 +114,7 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(
     caught = sorted((v for v in violations if v["check"] in spec.expected_checks), key=lambda v: v["step"])
     assert caught, f"{fault}: expected {spec.expected_checks}, got {sorted({v['check'] for v in violations})}"
     detection = caught[0]
-    print(f"{fault} {strategy} page {page_size} {tree_core}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
+    print(f"{fault} {model} {strategy} page {page_size} {tree_core}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
     assert 0 <= detection["step"] - first <= DETECTION_STEPS, f"{fault}: first action at step {first}, caught at {detection}"
     touched = {
         "slots": {a["slot"] for a in actions if a["slot"] is not None},
@@ -119,8 +134,11 @@ def test_a_lost_copy_on_write_is_caught_in_the_working_state_while_every_cached_
     assert summary["stats"]["verify"]["verified"] > 0  # the cached states were verified, and clean
 
 
-def test_clean_run_has_no_violations(tmp_path: Path) -> None:
-    violations, summary = record_and_check(tmp_path, "--verify", "both", env={**os.environ, **VERIFY_ENV})
+@pytest.mark.parametrize("model, strategy, page_size", clean_runs())
+def test_clean_run_has_no_violations(model: str, strategy: str, page_size: int, tmp_path: Path) -> None:
+    args = ["--verify", "both", "--model", model, "--strategy", strategy, "--page-size", str(page_size)]
+    violations, summary = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV})
     assert summary["stats"]["evicted_mamba_slots"] > 0  # the run did exercise eviction
+    assert summary["engine"]["model_family"] == model
     assert violations == []
 

@@ -382,3 +382,19 @@ def test_rust_core_shows_request_paths_and_tree_slots(hooks: tuple[EventSink, Er
     assert steps.capture.tree_owners() == {c.slot: -1 for c in hidden}
     assert_partition(state, SLOTS)
     assert errors.total == 0
+
+
+def test_engine_info_reads_one_slots_state_layout_from_the_pool() -> None:
+    """cpu_cache's pool: one mamba layer, Mamba2 shape with intermediate 16, 1 group, d_state 4,
+    1 head of dim 4, kernel 4, both tensors bf16 (SGLANG_MAMBA_SSM_DTYPE)."""
+    from mcinspect_engine_hooks.cpu_engine.families import family_of_architecture
+    from mcinspect_engine_hooks.inspector import state_shapes
+
+    cache = cpu_cache.build_cache()
+    shapes = state_shapes(cache.req_to_token_pool.mamba_pool)
+    conv_channels = 16 + 2 * 1 * 4  # x | B | C
+    assert shapes["conv_shapes"] == ((1, conv_channels, 3),) and shapes["conv_dtypes"] == ("bfloat16",)
+    assert shapes["temporal_shape"] == (1, 1, 4, 4) and shapes["temporal_dtype"] == "bfloat16"
+    assert shapes["state_bytes_per_slot"] == (conv_channels * 3 + 1 * 4 * 4) * 2
+    assert family_of_architecture("NemotronHForCausalLM").name == "nemotron-h"
+    assert family_of_architecture("LlamaForCausalLM") is None

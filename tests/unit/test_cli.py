@@ -19,6 +19,27 @@ def test_unknown_strategy_is_a_usage_error() -> None:
     assert "ping_pong" in result.output and "extra_buffer" in result.output
 
 
+def test_model_families_are_the_engines_and_a_wrong_one_is_a_usage_error() -> None:
+    from mcinspect.cli import Model
+    from mcinspect_engine_hooks.cpu_engine.families import DEFAULT_FAMILY, FAMILIES
+
+    assert [m.value for m in Model] == list(FAMILIES) and DEFAULT_FAMILY == "qwen3-next"
+    result = runner.invoke(app, ["demo", "--headless", "--model", "mamba3"])
+    assert result.exit_code == 2
+    assert "mamba3" in result.output and "nemotron-h" in result.output
+
+
+def test_a_fault_on_a_family_without_its_mechanism_is_refused_before_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, Fault
+
+    only_mamba2 = Fault("only-mamba2", "test", "test", ("T2-recompute",), ("extra_buffer",), (), families=("nemotron-h",))
+    monkeypatch.setitem(FAULTS, only_mamba2.name, only_mamba2)  # every real fault exists in every family today
+    result = runner.invoke(app, ["demo", "--headless", "--model", "qwen3-next", "--fault", only_mamba2.name])
+    assert result.exit_code == 2
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error:") and "exists in nemotron-h, not qwen3-next" in last and "--model" in last
+
+
 def test_port_in_use_fails_fast_with_the_fix() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

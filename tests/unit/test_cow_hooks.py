@@ -20,7 +20,7 @@ from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: E402
 from mcinspect.checks.cow_copy import check_cow_copy  # noqa: E402
 from mcinspect.checks.history import StepView  # noqa: E402
 from mcinspect.schema import CacheState, CowEvent, KvState, Step  # noqa: E402
-from mcinspect_engine_hooks.cow_hooks import cow_hook  # noqa: E402
+from mcinspect_engine_hooks.cow_hooks import CowHooks, cow_hook  # noqa: E402
 from mcinspect_engine_hooks.event_sink import EventSink  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
@@ -93,7 +93,7 @@ def test_an_extend_forward_with_nothing_to_copy_says_so_and_decode_forwards_say_
 def test_without_fingerprints_the_copies_are_still_reported(hooked, monkeypatch) -> None:
     """On CUDA (no MCINSPECT_COW_FINGERPRINTS) and int8 checkpoints: the slots, not their prints."""
     runner, sink = hooked
-    monkeypatch.setattr(runner.req_to_token_pool, "mamba_ckpt_pool", object(), raising=False)
+    monkeypatch.setattr(CowHooks, "_fingerprints", lambda self, *slots: None)  # as where none can be taken
     forward(runner, [3], [10], [12])
     (event,) = sink.drain(Step(1))
     assert (event.sources, event.destinations, event.cleared) == ([3], [10], [12])

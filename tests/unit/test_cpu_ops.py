@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mcinspect_kernels.cpu_ops import SGL_KERNEL_MAMBA_OPS, SGL_KERNEL_TORCH_OPS, TRITON_REPLACEMENTS
+from mcinspect_kernels.cpu_ops import ACCELERATOR_ONLY_NAMES, SGL_KERNEL_MAMBA_OPS, SGL_KERNEL_TORCH_OPS, TRITON_REPLACEMENTS
 from mcinspect_kernels.cpu_ops.causal_conv1d import causal_conv1d_fn_cpu, causal_conv1d_update_cpu
 from mcinspect_kernels.cpu_ops.gated_delta_rule import (
     chunk_gated_delta_rule_cpu,
@@ -564,14 +564,25 @@ def test_fused_gate_sigmoid_mul_and_add():
 def test_registries_name_what_sglang_looks_up():
     assert set(SGL_KERNEL_MAMBA_OPS) == {"causal_conv1d_fn_cpu", "causal_conv1d_update_cpu",
                                         "chunk_gated_delta_rule_cpu"}
+    qwen3_5_ops = {"fused_sigmoid_mul_cpu", "fused_qk_gemma_rmsnorm_cpu", "fused_qk_gemma_rmsnorm_with_gate_cpu",
+                   "fused_qkvzba_split_reshape_cat_contiguous_cpu"}
     assert set(SGL_KERNEL_TORCH_OPS) == {"fused_gdn_gating_cpu", "fused_sigmoid_gating_delta_rule_update_cpu",
-                                        "fused_rmsnorm_gated_cpu"}
+                                        "fused_rmsnorm_gated_cpu"} | qwen3_5_ops
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("sglang is not installed")
     root = Path(spec.submodule_search_locations[0])
+
+    def source(module: str) -> str:
+        return (root / Path(*module.split(".")[1:])).with_suffix(".py").read_text()
+
     for module, attrs in TRITON_REPLACEMENTS.items():
-        source = (root / Path(*module.split(".")[1:])).with_suffix(".py").read_text()
         for name in attrs:
             # imported by name, so the caller resolves it as this module's global at call time
-            assert f"    {name},\n" in source and f"{name}(" in source, (module, name)
+            assert f"    {name},\n" in source(module) and f"{name}(" in source(module), (module, name)
+    for module, attrs in ACCELERATOR_ONLY_NAMES.items():
+        for name in attrs:
+            # bound only under is_cuda() / is_npu() / is_xpu(), called (or chosen) unconditionally
+            assert f"as {name},\n" in source(module) and f"{name}\n" in source(module), (module, name)
+    qwen3_5 = source("sglang.srt.models.qwen3_5")
+    assert {name for name in SGL_KERNEL_TORCH_OPS if f"torch.ops.sgl_kernel.{name}\n" in qwen3_5} == qwen3_5_ops

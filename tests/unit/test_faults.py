@@ -21,9 +21,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
 from array import array  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -37,15 +34,14 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 from engine_runs import MCINSPECT  # noqa: E402
+from fault_support import applied, both as _both  # noqa: E402
 from mcinspect.checks import CHECKS  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine import faults  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.faults import (  # noqa: E402
     FAULTS,
     RECOMPUTE_CHECK,
-    Fault,
     FaultError,
     install_fault_from_env,
-    ownership,
 )
 from mcinspect_engine_hooks.cpu_engine.launcher import STRATEGIES, EmbeddedEngineConfig  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.workload import Workload, WorkloadShape  # noqa: E402
@@ -53,6 +49,7 @@ from mcinspect_kernels.cpu_ops.gated_delta_rule import CHUNK_SIZE, chunk_gated_d
 
 EXPECTED = {
     "wrong-chunk-state",
+    "zero-initial-state",
     "track-off-by-one",
     "depth-mismatch",
     "unwritten-slot",
@@ -64,7 +61,6 @@ EXPECTED = {
 }
 PAGE = 16
 GRID = 64  # lcm(mamba chunk 64, page 16): where extra_buffer tracks prefill states
-_MISSING = object()
 
 
 # ---------------------------------------------------------------- registry and activation
@@ -130,53 +126,6 @@ def test_env_var_registers_hooks_in_a_fresh_engine_process(fault: str | None) ->
 
 
 # ---------------------------------------------------------------- applying a fault in-process
-
-
-@contextmanager
-def applied(fault: Fault) -> Iterator[None]:
-    """The fault applied through sglang's HookRegistry; originals and registry restored after."""
-    saved_hooks = {target: list(hooks) for target, hooks in HookRegistry._hooks.items()}
-    saved_patched = set(HookRegistry._patched)
-    originals = []
-    for target in fault.targets:
-        owner_path, attr = target.rsplit(".", 1)
-        owner = pkgutil.resolve_name(owner_path)
-        originals.append((owner, attr, owner.__dict__.get(attr, _MISSING), getattr(owner, attr)))
-    fault.install()
-    HookRegistry.apply_hooks()
-    try:
-        yield
-    finally:
-        for owner, attr, raw, original in originals:
-            patched = getattr(owner, attr)
-            if raw is _MISSING:  # an inherited method: the patch shadowed it on the subclass
-                delattr(owner, attr)
-            else:
-                setattr(owner, attr, raw)
-            _unpropagate(patched, original)
-        HookRegistry._hooks.clear()
-        HookRegistry._hooks.update(saved_hooks)
-        HookRegistry._patched = saved_patched
-        ownership._leaked.clear()
-
-
-def _unpropagate(patched: Any, original: Any) -> None:
-    """Undo HookRegistry's rebinding of `from module import function` copies."""
-    for module in list(sys.modules.values()):
-        try:
-            names = [name for name, value in vars(module).items() if value is patched]
-        except TypeError:
-            continue
-        for name in names:
-            setattr(module, name, original)
-
-
-def _both(fault_name: str, scenario: Callable[[], Any]) -> tuple[Any, Any]:
-    """`scenario()` without, then with the fault."""
-    clean = scenario()
-    with applied(FAULTS[fault_name]):
-        faulty = scenario()
-    return clean, faulty
 
 
 # ---------------------------------------------------------------- the real cache, driven
@@ -454,37 +403,17 @@ def test_unwritten_slot_drops_the_track_copies() -> None:
 
 # ---------------------------------------------------------------- end to end (the real engine)
 
+CONTENT_FAULTS = {
+    # CI: the default model; the other families under MCINSPECT_FAULT_MATRIX=1
+    "qwen3-next": ("wrong-chunk-state", "unwritten-slot"),
+    "nemotron-h": ("wrong-chunk-state", "unwritten-slot", "zero-initial-state"),
+    "qwen3.5": ("wrong-chunk-state", "unwritten-slot", "zero-initial-state"),
+}
 
 
-
-@pytest.fixture(scope="module")
-def long_memory_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model cache whose tiny model keeps its SSM state across tokens.
-
-    The tiny model's random init decays the state by ~1e-3 per token, so a wrong cached
-    state is forgotten within a token or two and greedy outputs rarely change. With
-    A_log = -4 and dt_bias = 0 the state decays by ~1% per token, as in trained models,
-    and a wrong state shows in the outputs.
-    """
-    from safetensors.torch import load_file, save_file
-
-    from mcinspect_engine_hooks.cpu_engine.tiny_model import ensure_tiny_model
-
-    cache = tmp_path_factory.mktemp("mcinspect-cache")
-    weights_file = ensure_tiny_model(cache_dir=cache) / "model.safetensors"
-    weights = load_file(weights_file)
-    for name, tensor in weights.items():
-        if name.endswith("linear_attn.A_log"):
-            weights[name] = torch.full_like(tensor, -4.0)
-        elif name.endswith("linear_attn.dt_bias"):
-            weights[name] = torch.zeros_like(tensor)
-    save_file(weights, weights_file, metadata={"format": "pt"})
-    return cache
-
-
-def _demo_digest(cache: Path, fault: str | None, requests: int = 24) -> str:
-    environ = {k: v for k, v in os.environ.items() if k != faults.ENV_VAR} | {"MCINSPECT_CACHE_DIR": str(cache)}
-    command = [MCINSPECT, "demo", "--headless", "--json", "--no-hooks", "--requests", str(requests)]
+def _demo_digest(model: str, fault: str | None, requests: int = 24) -> str:
+    environ = {k: v for k, v in os.environ.items() if k != faults.ENV_VAR}
+    command = [MCINSPECT, "demo", "--headless", "--json", "--no-hooks", "--model", model, "--requests", str(requests)]
     done = subprocess.run(
         command + (["--fault", fault] if fault else []),
         env=environ,
@@ -497,8 +426,11 @@ def _demo_digest(cache: Path, fault: str | None, requests: int = 24) -> str:
 
 
 @pytest.mark.slow
-def test_content_faults_change_the_engine_outputs(long_memory_cache: Path) -> None:
-    """Faults only content checks can see: the same seed must give different answers."""
-    clean = _demo_digest(long_memory_cache, None)
-    for name in ("wrong-chunk-state", "unwritten-slot"):
-        assert _demo_digest(long_memory_cache, name) != clean, name
+@pytest.mark.parametrize("model", list(CONTENT_FAULTS) if os.environ.get("MCINSPECT_FAULT_MATRIX") == "1" else ["qwen3-next"])
+def test_content_faults_change_the_engine_outputs(model: str) -> None:
+    """Faults only content checks can see: the same seed must give different answers. The tiny
+    models decay their states slowly (state_memory.py), so a wrong state shows in the outputs;
+    28 requests include the few-shot wave where zero-initial-state bites."""
+    clean = _demo_digest(model, None, requests=28)
+    for name in CONTENT_FAULTS[model]:
+        assert _demo_digest(model, name, requests=28) != clean, name

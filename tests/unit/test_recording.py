@@ -287,3 +287,20 @@ def test_snapshot_file_round_trip_and_errors(tmp_path: Path) -> None:
         assert words in str(caught.value) and "\n" not in str(caught.value)
     with pytest.raises(SnapshotFileError, match="cannot read"):
         load_snapshot(tmp_path / "missing.json")
+
+
+# --- engine info across schema additions ----------------------------------------------------
+
+FAMILY_FIELDS = ("model_family", "state_layout", "conv_shapes", "conv_dtypes", "temporal_shape", "temporal_dtype", "state_bytes_per_slot")
+
+
+def test_engine_info_of_writers_before_the_family_fields_still_decodes() -> None:
+    old = {key: value for key, value in msgspec.to_builtins(INFO).items() if key not in FAMILY_FIELDS}
+    decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(old), type=EngineInfo)
+    assert decoded == INFO and decoded.model_family == "" and decoded.state_bytes_per_slot == 0
+    with_family = msgspec.structs.replace(
+        INFO, model_family="nemotron-h", state_layout="mamba2: ...", conv_shapes=((2, 128, 3),), conv_dtypes=("bfloat16",),
+        temporal_shape=(2, 4, 16, 16), temporal_dtype="float32", state_bytes_per_slot=9728,
+    )  # fmt: skip
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(with_family), type=EngineInfo) == with_family
+    assert msgspec.json.decode(msgspec.json.encode(with_family), type=EngineInfo) == with_family

@@ -8,14 +8,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..families import DEFAULT_FAMILY, FAMILIES
+
 HookKind = Literal["before", "after", "around", "replace"]
 """sglang's HookType values (`sglang.srt.plugins.hook_registry.HookType`)."""
 
 SRT = "sglang.srt."
 GDN_BACKEND = SRT + "layers.attention.linear.gdn_backend.GDNAttnBackend"
+HYBRID_BACKEND_MODULE = SRT + "layers.attention.hybrid_linear_attn_backend"
+MAMBA2_BACKEND = HYBRID_BACKEND_MODULE + ".Mamba2AttnBackend"
 MAMBA_COMPONENT = SRT + "mem_cache.unified_cache.components.mamba.MambaComponent"
 REQ_TO_TOKEN_POOL = SRT + "mem_cache.memory_pool.HybridReqToTokenPool"
 TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_track_plan"
+MAMBA2_METADATA = SRT + "layers.attention.mamba.mamba2_metadata.Mamba2Metadata"
 
 RECOMPUTE_CHECK = "T2-recompute"
 """The check of invariant T2 (a cached state equals its prefix recomputed alone): the only one
@@ -28,6 +33,7 @@ _logged = 0
 
 EXTRA_BUFFER_STRATEGIES = ("extra_buffer", "extra_buffer_lazy")
 ALL_STRATEGIES = ("no_buffer", *EXTRA_BUFFER_STRATEGIES)
+ALL_FAMILIES = tuple(FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,9 @@ class Fault:
     """One upstream bug class, reproduced in the real engine by patching sglang.
 
     `expected_checks` names the mcinspect checks (keys of `mcinspect.checks.CHECKS`) that
-    must report it, the one that catches it first leading. `strategies` and `page_sizes` say
-    where the bug exists (`page_sizes` empty: any page size the strategy accepts).
+    must report it, the one that catches it first leading. `strategies`, `page_sizes` and
+    `families` say where the bug exists (`page_sizes` empty: any page size the strategy
+    accepts; `families`: the model families whose code path has the mechanism).
     """
 
     name: str
@@ -63,15 +70,20 @@ class Fault:
     """Which requests of the demo workload make the bug bite."""
     environment: tuple[tuple[str, str], ...] = ()
     """Environment variables the engine needs while the fault is active."""
+    families: tuple[str, ...] = ALL_FAMILIES
 
     @property
     def targets(self) -> tuple[str, ...]:
         """The sglang methods or functions this fault patches."""
         return tuple(dict.fromkeys(hook.target for hook in self.hooks))
 
-    def applies_to(self, strategy: str, page_size: int) -> bool:
-        """Whether the bug can happen under this cache configuration."""
-        return strategy in self.strategies and (not self.page_sizes or page_size in self.page_sizes)
+    def applies_to(self, strategy: str, page_size: int, family: str = DEFAULT_FAMILY) -> bool:
+        """Whether the bug can happen under this cache configuration and model family."""
+        return (
+            family in self.families
+            and strategy in self.strategies
+            and (not self.page_sizes or page_size in self.page_sizes)
+        )
 
     def install(self) -> None:
         """Register the hooks with sglang's HookRegistry.

@@ -13,6 +13,8 @@ from .base import (
     ALL_STRATEGIES,
     EXTRA_BUFFER_STRATEGIES,
     GDN_BACKEND,
+    HYBRID_BACKEND_MODULE,
+    MAMBA2_BACKEND,
     MAMBA_COMPONENT,
     RECOMPUTE_CHECK,
     TRACK_PLAN,
@@ -22,7 +24,7 @@ from .base import (
 )
 
 
-def gather_chunk_states_on_flat_grid(
+def gather_chunk_states_on_the_wrong_grid(
     plan: Any,
     mask: list[bool],
     track_lens: list[int],
@@ -32,20 +34,34 @@ def gather_chunk_states_on_flat_grid(
     *,
     mamba2: bool,
 ) -> Any:
-    """After `build_prefill_track_plan`: index `h` by the flattened batch's chunk grid.
+    """After `build_prefill_track_plan`: index the chunk states `h` on the wrong grid.
 
-    The GDN kernel chunks each request separately (request i's chunk states start at row
+    Mamba2 (the real #37836): `h` is ONE chunk grid over the flattened batch, but the
+    pre-#37836 `_init_track_ssm_indices` indexed it as if every request had its own grid:
+    h_src = sum_{j<i} floor(len_j / chunk) + aligned_i / chunk, for every unaligned tracked
+    row (no recompute of off-grid rows). Every request after the first whose predecessors'
+    lengths are not chunk multiples caches an earlier flat boundary's state, often another
+    request's.
+
+    Gated delta net (the same formula swap, mirrored; GDN itself never had the bug): its
+    kernel chunks each request separately (request i's chunk states start at row
     sum_{j<i} ceil(len_j / chunk)); the faulty plan reads row floor((start_i + aligned_i) /
-    chunk) instead, the Mamba2 formula. Row 0 is unaffected; every later request whose
-    predecessors' lengths are not chunk multiples gets an earlier chunk's state, often
-    another request's.
+    chunk) instead, the Mamba2 formula.
     """
-    if mamba2:  # Mamba2's kernel has the flat grid; the faulty formula is right there
-        return None
     starts = list(accumulate(extend_lens, initial=0))
-    right = [int(src) for src in plan.h_src]
+    right = [starts[row] + plan.chunk_indices[row] * chunk_size for row in plan.unaligned_rows]
+    if mamba2:
+        offsets = list(accumulate((n // chunk_size for n in extend_lens), initial=0))
+        plan.h_rows = list(plan.unaligned_rows)
+        plan.h_src = [offsets[row] + plan.chunk_indices[row] for row in plan.h_rows]
+        plan.recompute_rows, plan.recompute_end_locs = [], []
+        read = [src * chunk_size for src in plan.h_src]  # flat positions of the grid rows read
+        if read != right:
+            log_faulty_action("wrong-chunk-state")
+        return plan
+    proper = [int(src) for src in plan.h_src]
     plan.h_src = [(starts[row] + plan.chunk_indices[row] * chunk_size) // chunk_size for row in plan.h_rows]
-    if plan.h_src != right:
+    if plan.h_src != proper:
         log_faulty_action("wrong-chunk-state")
     return plan
 
@@ -83,14 +99,15 @@ WRONG_CHUNK_STATE = Fault(
     name="wrong-chunk-state",
     upstream="sgl-project/sglang#37836 (#31833, #33450)",
     description=(
-        "Prefill tracking of an unaligned checkpoint gathers the chunk state `h` by the "
-        "flattened batch's chunk grid, so every request after the first in a multi-request "
-        "prefill caches the state of an earlier chunk boundary (often another request's). "
-        "Slot ids, seqlens and depths stay right."
+        "Prefill tracking of an unaligned checkpoint reads the chunk states `h` on the wrong "
+        "grid, so requests after the first in a multi-request prefill cache the state of an "
+        "earlier chunk boundary (often another request's). nemotron-h: the real bug, the "
+        "pre-#37836 per-request index into Mamba2's flat grid; gated delta net: the formula "
+        "swapped the other way. Slot ids, seqlens and depths stay right."
     ),
     expected_checks=(RECOMPUTE_CHECK,),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(Hook(TRACK_PLAN, "after", gather_chunk_states_on_flat_grid),),
+    hooks=(Hook(TRACK_PLAN, "after", gather_chunk_states_on_the_wrong_grid),),
     trigger="a prefill batch whose second or later request tracks a checkpoint (extend >= 64 tokens) "
     "behind one whose extend is not a multiple of 64: the workload's packed waves, and a chunked "
     "prompt's tail followed by a new prompt",
@@ -102,13 +119,16 @@ UNWRITTEN_SLOT = Fault(
     description=(
         "The linear-attention backend never copies the SSM state into the ping-pong track "
         "slot (KDA before #30862 called neither track method), yet the scheduler donates the "
-        "slot to the tree: a cached node holds whatever the slot held before."
+        "slot to the tree: a cached node holds whatever the slot held before. Re-created in "
+        "the GDN backend and in the Mamba2 backend (which tracks decodes with the copy itself)."
     ),
     expected_checks=(RECOMPUTE_CHECK,),
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(
         Hook(f"{GDN_BACKEND}._track_mamba_state_extend", "replace", skip_track_write),
         Hook(f"{GDN_BACKEND}._track_mamba_state_decode", "replace", skip_track_write),
+        Hook(f"{MAMBA2_BACKEND}._track_mamba_state_extend", "replace", skip_track_write),
+        Hook(f"{HYBRID_BACKEND_MODULE}.track_mamba_states_if_needed", "replace", skip_track_write),
     ),
     trigger="every tracked prefill (extend >= 64 tokens): its state is donated right after the prefill",
 )
