@@ -41,8 +41,10 @@ class WriteHooks:
         self.sink = sink
         self._rows: dict[int, tuple[Rid, int]] = {}
         """req_to_token row -> (request, position its next track write is for; -1: untracked)."""
-        self._decode_mask: dict[int, bool] = {}
-        """row -> tracked by the decode batch prepared last (its CPU mask)."""
+        self._decode_rows: list[tuple[Rid, int, bool]] = []
+        """The decode batch prepared last, row by row: (request, position, tracked by its CPU
+        mask). Its forward runs next, in the same row order (decode forward batches carry no
+        CPU copy of their rows)."""
         self._last: Any = None
         """The forward batch whose event was built (the copies run once per mamba layer)."""
 
@@ -57,10 +59,12 @@ class WriteHooks:
     def decode_prepared(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         mask = getattr(batch, "mamba_track_mask_cpu", None) or [False] * len(batch.reqs)
         lens = batch.seq_lens_cpu.tolist() if getattr(batch, "seq_lens_cpu", None) is not None else [-1] * len(batch.reqs)
-        self._decode_mask = {}
+        self._decode_rows = []
         for req, tracked, seqlen in zip(batch.reqs, mask, lens):
-            self._own(req, int(seqlen) if tracked else -1)
-            self._decode_mask[req.kv.req_pool_idx] = bool(tracked)
+            position = int(seqlen) if tracked else -1
+            self._own(req, position)
+            rid = Rid("" if req.rid.startswith(RID_PREFIX) else req.rid)
+            self._decode_rows.append((rid, position, bool(tracked)))
 
     def mixed(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         """After mix_with_running: the decode rows joined the extend batch (their requests are
@@ -94,14 +98,15 @@ class WriteHooks:
         if forward_batch is self._last or forward_batch.mamba_track_mask is None:
             return
         self._last = forward_batch
-        rows = self._batch_rows(forward_batch)
+        rows = self._decode_rows
         bound = getattr(backend.forward_metadata, "mamba_track_indices", None)
-        if rows is None or bound is None:
+        if bound is None or len(rows) != forward_batch.batch_size:
             return
-        mask = [self._decode_mask.get(row, False) for row in rows]
-        tracked = [i for i, on in enumerate(mask) if on]
-        written = [bound[torch.tensor(tracked, dtype=torch.int64).to(bound.device)]] if tracked else []
-        self._emit(forward_batch, rows, mask, written)
+        tracked = [i for i, (_, _, on) in enumerate(rows) if on]
+        if not tracked:  # no row at a checkpoint boundary: the copy writes nothing
+            return
+        written = [bound[torch.tensor(tracked, dtype=torch.int64).to(bound.device)]]
+        self._event(forward_batch, [(rid, position) for rid, position, _ in rows], [on for *_, on in rows], written)
 
     def _batch_rows(self, forward_batch: Any) -> list[int] | None:
         rows = getattr(forward_batch, "req_pool_indices_cpu", None)
@@ -110,9 +115,9 @@ class WriteHooks:
         return [int(r) for r in rows.tolist()[: forward_batch.batch_size]]
 
     def _emit(self, forward_batch: Any, rows: list[int], mask: Any, written: list[Any]) -> None:
-        owners = [self._rows.get(row, (Rid(""), -1)) for row in rows]
-        if any(rid.startswith(RID_PREFIX) for rid, _ in owners):  # mcinspect's own reference
-            return
+        self._event(forward_batch, [self._rows.get(row, (Rid(""), -1)) for row in rows], mask, written)
+
+    def _event(self, forward_batch: Any, owners: list[tuple[Rid, int]], mask: Any, written: list[Any]) -> None:
         mode = forward_batch.forward_mode
         forward = "mixed" if mode.is_mixed() else "decode" if mode.is_decode() else "extend"
         planned = forward_batch.mamba_track_indices
@@ -121,7 +126,7 @@ class WriteHooks:
             forward=forward,
             rids=[rid for rid, _ in owners],
             mask=mask,
-            planned=DeferredSlots([planned[: len(rows)].clone() if planned is not None else None]),
+            planned=DeferredSlots([planned[: len(owners)].clone() if planned is not None else None]),
             positions=[position for _, position in owners],
             written=DeferredSlots([t.clone() for t in written]),
         )
