@@ -10,10 +10,10 @@ destination missing from `written`; a copy into a slot nobody planned (#34184) a
 |---|---|---|
 | `managers.schedule_batch.ScheduleBatch.prepare_for_extend`, `.prepare_for_decode`, `.mix_with_running` | after, observed | which request holds each req_to_token row, the position its track write is for |
 | `layers.attention.hybrid_linear_attn_backend.MambaAttnBackendBase._track_mamba_state_extend` | before, observed | extend / mixed forward: its copy's destination slots (`track_ssm_*_dst`), the batch's planned ones |
-| `...MambaAttnBackendBase._track_mamba_state_decode` | before, observed | decode forward: the destinations bound for the copy (`forward_metadata.mamba_track_indices`, the graph's static buffer under CUDA graphs) for the rows in the mask |
+| `...hybrid_linear_attn_backend.track_mamba_states_if_needed`, `.track_mamba_states_all_layers` | before, observed | decode rows (a decode forward, or the decode tail of a Mamba2 mixed one): the destinations and mask the copy was handed, for the rows the batch tracks |
 
 Each copy function runs once per mamba layer of a forward with the same destinations: the
-event is built at the first call of each forward. Slot ids stay tensors until the step boundary
+event is built at the first call of each forward (of each decode batch prepared). Slot ids stay tensors until the step boundary
 (EventSink's deferred conversion), so no hook syncs the device. Not seen: forwards replayed
 from a CUDA graph (the copy is recorded in the graph and its Python function does not run).
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 
 from mcinspect.schema import Rid, TrackWriteEvent
 
@@ -31,7 +30,8 @@ from .reference import RID_PREFIX
 
 _SRT = "sglang.srt."
 SCHEDULE_BATCH = _SRT + "managers.schedule_batch.ScheduleBatch"
-BACKEND = _SRT + "layers.attention.hybrid_linear_attn_backend.MambaAttnBackendBase"
+BACKEND_MODULE = _SRT + "layers.attention.hybrid_linear_attn_backend"
+BACKEND = BACKEND_MODULE + ".MambaAttnBackendBase"
 
 
 class WriteHooks:
@@ -45,6 +45,10 @@ class WriteHooks:
         """The decode batch prepared last, row by row: (request, position, tracked by its CPU
         mask). Its forward runs next, in the same row order (decode forward batches carry no
         CPU copy of their rows)."""
+        self._decode_planned: Any = None
+        """That batch's planned destinations (`mamba_track_indices`, on the device)."""
+        self._decode_mode = "decode"
+        self._decode_emitted = True
         self._last: Any = None
         """The forward batch whose event was built (the copies run once per mamba layer)."""
 
@@ -60,6 +64,10 @@ class WriteHooks:
         mask = getattr(batch, "mamba_track_mask_cpu", None) or [False] * len(batch.reqs)
         lens = batch.seq_lens_cpu.tolist() if getattr(batch, "seq_lens_cpu", None) is not None else [-1] * len(batch.reqs)
         self._decode_rows = []
+        planned = getattr(batch, "mamba_track_indices", None)
+        self._decode_planned = planned.clone() if planned is not None else None
+        self._decode_mode = "decode"
+        self._decode_emitted = False
         for req, tracked, seqlen in zip(batch.reqs, mask, lens):
             position = int(seqlen) if tracked else -1
             self._own(req, position)
@@ -72,6 +80,7 @@ class WriteHooks:
         for req in batch.reqs:
             if req.kv.req_pool_idx not in self._rows:
                 self._own(req, -1)
+        self._decode_mode = "mixed"  # the decode tail rides this extend forward
 
     def _own(self, req: Any, position: int) -> None:
         row = req.kv.req_pool_idx
@@ -92,21 +101,25 @@ class WriteHooks:
         mask = forward_batch.mamba_prefill_track_mask_cpu
         self._emit(forward_batch, rows, DeferredValues([forward_batch.mamba_track_mask], cast=bool) if mask is None else list(mask), dst)
 
-    def decode_tracked(self, backend: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> None:
-        """Before _track_mamba_state_decode: the copy writes `forward_metadata.mamba_track_indices`
-        of the rows in the batch's mask."""
-        if forward_batch is self._last or forward_batch.mamba_track_mask is None:
-            return
-        self._last = forward_batch
+    def decode_copied(self, conv: Any, ssm: Any, cache_indices: Any, mask: Any, dst: Any, bs: int, /, *args: Any, **kwargs: Any) -> None:
+        """Before track_mamba_states_if_needed / _all_layers: the copy writes `dst[i]` for the
+        rows in `mask` (the decode rows of the batch prepared last, in its order)."""
         rows = self._decode_rows
-        bound = getattr(backend.forward_metadata, "mamba_track_indices", None)
-        if bound is None or len(rows) != forward_batch.batch_size:
+        if self._decode_emitted or len(rows) != int(bs):
             return
-        tracked = [i for i, (_, _, on) in enumerate(rows) if on]
-        if not tracked:  # no row at a checkpoint boundary: the copy writes nothing
+        self._decode_emitted = True
+        if not any(on for *_, on in rows):  # the scheduler tracks no row here: nothing to copy
             return
-        written = [bound[torch.tensor(tracked, dtype=torch.int64).to(bound.device)]]
-        self._event(forward_batch, [(rid, position) for rid, position, _ in rows], [on for *_, on in rows], written)
+        self.sink.emit(
+            TrackWriteEvent,
+            forward=self._decode_mode,
+            rids=[rid for rid, _, _ in rows],
+            mask=DeferredValues([mask[: len(rows)].clone()], cast=bool),
+            planned=DeferredSlots([self._decode_planned[: len(rows)] if self._decode_planned is not None else None]),
+            positions=[position for _, position, _ in rows],
+            written=[],
+            bound=DeferredSlots([dst[: len(rows)].clone()]),
+        )
 
     def _batch_rows(self, forward_batch: Any) -> list[int] | None:
         rows = getattr(forward_batch, "req_pool_indices_cpu", None)
@@ -115,9 +128,7 @@ class WriteHooks:
         return [int(r) for r in rows.tolist()[: forward_batch.batch_size]]
 
     def _emit(self, forward_batch: Any, rows: list[int], mask: Any, written: list[Any]) -> None:
-        self._event(forward_batch, [self._rows.get(row, (Rid(""), -1)) for row in rows], mask, written)
-
-    def _event(self, forward_batch: Any, owners: list[tuple[Rid, int]], mask: Any, written: list[Any]) -> None:
+        owners = [self._rows.get(row, (Rid(""), -1)) for row in rows]
         mode = forward_batch.forward_mode
         forward = "mixed" if mode.is_mixed() else "decode" if mode.is_decode() else "extend"
         planned = forward_batch.mamba_track_indices
@@ -139,5 +150,6 @@ def write_hook_points(hooks: WriteHooks) -> list[tuple[str, str, Any]]:
         (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", hooks.decode_prepared),
         (f"{SCHEDULE_BATCH}.mix_with_running", "after", hooks.mixed),
         (f"{BACKEND}._track_mamba_state_extend", "before", hooks.extend_tracked),
-        (f"{BACKEND}._track_mamba_state_decode", "before", hooks.decode_tracked),
+        (f"{BACKEND_MODULE}.track_mamba_states_if_needed", "before", hooks.decode_copied),
+        (f"{BACKEND_MODULE}.track_mamba_states_all_layers", "before", hooks.decode_copied),
     ]

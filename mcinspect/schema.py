@@ -280,9 +280,18 @@ class TrackWriteEvent(_Event):
     rids: list[Rid]
     """Per batch row ("" for a padded row or one mcinspect could not attribute)."""
     mask: list[bool]
+    """Per row: the copy was told to track it."""
     planned: list[SlotId]
     positions: list[int]
     written: list[SlotId]
+    """Destinations the copy wrote as it received them (an extend forward's destination tensors)."""
+    bound: list[SlotId] = []
+    """Per row, the destination the copy was handed (a decode copy): it wrote `bound[i]` for the
+    rows in `mask`."""
+
+    def written_slots(self) -> list[SlotId]:
+        """Every slot the copy wrote."""
+        return [*self.written, *(slot for slot, on in zip(self.bound, self.mask) if on)]
 
 
 class CowEvent(_Event):

@@ -173,7 +173,7 @@ def writes(event: TrackWriteEvent) -> dict[SlotId, WriteFact]:
     """Every slot the forward wrote, with the row that planned it (rid "" when none did)."""
     planned = {slot: (rid, position) for rid, on, slot, position in zip(event.rids, event.mask, event.planned, event.positions) if on}
     out = {}
-    for slot in event.written:
+    for slot in event.written_slots():
         rid, position = planned.get(slot, ("", -1))
         out[slot] = WriteFact(rid, position, event.step)
     return out

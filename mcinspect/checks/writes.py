@@ -61,7 +61,7 @@ def check_write_target(view: StepView) -> list[Violation]:
         if not isinstance(event, TrackWriteEvent):
             continue
         planned = {slot: rid for rid, on, slot in zip(event.rids, event.mask, event.planned) if on}
-        for slot in dict.fromkeys(event.written):
+        for slot in dict.fromkeys(event.written_slots()):
             if slot == DUMMY_SLOT:
                 continue
             rid = planned.get(slot)
