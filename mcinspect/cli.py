@@ -158,6 +158,7 @@ def demo(
     requests: Annotated[int, typer.Option(min=1, help="How many requests the workload sends.")] = 40,
     port: Annotated[int, typer.Option(help="Inspector port of the engine's hooks (scheduler rank 0).")] = 7777,
     overlap: Annotated[bool, typer.Option(help="Overlap scheduling (forced off for no_buffer, which refuses it).")] = True,
+    mixed_chunk: Annotated[bool, typer.Option(help="sglang's --enable-mixed-chunk: a prefill chunk and the running decodes share one forward.")] = False,
     headless: Annotated[bool, typer.Option(help="No TUI: print progress and a summary (default: the TUI, attached to the engine).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
     tree_core: Annotated[TreeCore, typer.Option(help="sglang's tree core: python shows every node, rust (sglang's default) hides nodes off request paths.")] = TreeCore.python,
@@ -203,6 +204,7 @@ def demo(
         self_check=self_check,
         fault=fault,
         verify=verify.value,
+        mixed_chunk=mixed_chunk,
     )
     if not headless:
         if every_step is None:  # a fault is caught at its step: every step; else the live stream

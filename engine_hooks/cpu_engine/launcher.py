@@ -68,6 +68,8 @@ class EmbeddedEngineConfig:
     independent implementation of the tiny model), both, or off."""
     verify_share: float = DEMO_VERIFY_SHARE
     """Share of the scheduler's busy time reference prefills may take (MCINSPECT_VERIFY_SHARE)."""
+    mixed_chunk: bool = False
+    """--enable-mixed-chunk: a prefill chunk and the running decodes share one forward."""
     verify_rate: float = DEMO_VERIFY_RATE
     """References a second at most (MCINSPECT_VERIFY_RATE)."""
 
@@ -95,6 +97,8 @@ def validate(config: EmbeddedEngineConfig) -> None:
             fault = get_fault(config.fault)
         except FaultError as exc:
             raise EngineStartError(str(exc)) from None
+        if "mixed-chunk" in fault.requires and not config.mixed_chunk:
+            raise EngineStartError(f"fault {fault.name} lives in mixed prefill/decode batches; add --mixed-chunk")
         if config.model not in fault.families:
             raise EngineStartError(f"fault {fault.name} exists in {', '.join(fault.families)}, not {config.model}; adjust --model")
         if config.strategy not in fault.strategies or (fault.page_sizes and config.page_size not in fault.page_sizes):
@@ -142,6 +146,7 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
         disable_overlap_schedule=not config.effective_overlap,
         disable_radix_cache=not config.radix_cache,
         disable_cuda_graph=True,
+        enable_mixed_chunk=config.mixed_chunk,
         log_level=config.log_level,
         # sglang's default handler SIGKILLs this whole process tree when a child fails;
         # raising instead lets the caller clean up and report in one line.

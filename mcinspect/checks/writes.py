@@ -9,7 +9,7 @@ donated the slot anyway: #32555, #31099/#32606, #30862, #24613/#39342, #34184, #
 
 from __future__ import annotations
 
-from ..schema import CowEvent, InsertEvent, MatchEvent, RequestEvent, SlotClaim, SlotId, TrackWriteEvent
+from ..schema import CowEvent, InsertEvent, MatchEvent, RequestEvent, SlotClaim, SlotId, TrackPlanEvent, TrackWriteEvent
 from .history import StepView
 from .ledger import replay
 from .slots import describe
@@ -24,12 +24,17 @@ DUMMY_SLOT = SlotId(0)
 
 
 def check_write_ran(view: StepView) -> list[Violation]:
-    """Every slot donated to the tree was written by a forward, for the inserting request, at the
-    position its node is labelled with (extra_buffer donations: InsertEvent with a ping-pong index)."""
+    """Every planned track write ran, and every slot donated to the tree was written by a forward
+    for the inserting request at the position its node is labelled with.
+
+    At the forward's step: a plan whose row the copy was handed but into another slot (#32555),
+    or an extend plan whose forward ran (its CowEvent) with no track copy for it at all (#24613,
+    #30862). At the donation (an extra_buffer InsertEvent): the slot's latest write since its
+    allocation is the inserting request's, for the node's position."""
     reported = view.engine.track_writes if view.engine is not None else ""
     if not reported:
         return []  # the engine reports no track writes: absence would prove nothing
-    out: list[Violation] = []
+    out = _plans_not_run(view, reported)
     for event, timeline in replay(view.ledger, view.events):
         if not isinstance(event, InsertEvent) or event.ping_pong_index < 0:
             continue
@@ -50,6 +55,37 @@ def check_write_ran(view: StepView) -> list[Violation]:
             out.append(Violation(check=WRITE_RAN, step=view.step, reason=f"{where} last received {whose} (step {write.step})", **ids))
         elif write.position != event.seqlen:
             out.append(Violation(check=WRITE_RAN, step=view.step, reason=f"{where} holds the state its forward wrote for position {write.position} (step {write.step})", **ids))
+    return out
+
+
+def _plans_not_run(view: StepView, reported: str) -> list[Violation]:
+    out: list[Violation] = []
+    pending: dict[tuple[str, SlotId], TrackPlanEvent] = {}
+    forward_ran: set[tuple[str, SlotId]] = set()
+    """Extend plans made before a CowEvent: their forward has run its deferred copies."""
+    for event in view.events:
+        if isinstance(event, TrackPlanEvent) and event.forward in ("extend", "decode"):
+            if event.forward == "extend" or reported == "all":
+                pending[(event.rid, event.slot)] = event
+        elif isinstance(event, CowEvent):
+            forward_ran |= {key for key, plan in pending.items() if plan.forward == "extend"}
+        elif isinstance(event, TrackWriteEvent):
+            written = set(event.written_slots())
+            for rid, on, slot in zip(event.rids, event.mask, event.planned):
+                plan = pending.pop((rid, slot), None)
+                forward_ran.discard((rid, slot))
+                if plan is None:
+                    continue
+                if not on:
+                    what = "its track copy was not told to track that row"
+                elif slot not in written:
+                    what = f"its track copy wrote {', '.join(map(str, sorted(written))) or 'no slot'}"
+                else:
+                    continue
+                out.append(Violation(check=WRITE_RAN, step=view.step, slots=(slot,), rids=(rid,), reason=f"the {event.forward} forward was to write request {rid}'s state at position {plan.position} into slot {slot}, but {what}"))
+    for key in forward_ran:
+        plan = pending[key]
+        out.append(Violation(check=WRITE_RAN, step=view.step, slots=(plan.slot,), rids=(plan.rid,), reason=f"request {plan.rid}'s extend forward ran (its deferred copies did) but no track copy wrote its state at position {plan.position} into slot {plan.slot}"))
     return out
 
 

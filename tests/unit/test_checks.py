@@ -773,31 +773,36 @@ def _writes(history: list[Step_], index: int, **changes: object) -> list[Step_]:
 
 def test_a_donated_slot_no_forward_wrote_is_reported_at_its_donation() -> None:
     """#30862 / #24613: the plan exists, the copy never ran, the slot is donated anyway."""
-    v = only(run(_writes(clean_history(), 0, drop=True), names=["write-ran"]), "write-ran")
-    assert (v.step, v.slots, v.nodes, v.rids) == (2, (2,), (1,), (R1,))
-    assert "was never written by a forward since its allocation at step 1 (planned at step 1, position 64)" in v.reason
+    at_forward, at_donation = run(_writes(clean_history(), 0, drop=True), names=["write-ran"])
+    assert (at_forward.step, at_forward.slots, at_forward.rids) == (1, (2,), (R1,))
+    assert "r1's extend forward ran (its deferred copies did) but no track copy wrote its state at position 64 into slot 2" in at_forward.reason
+    assert (at_donation.step, at_donation.slots, at_donation.nodes, at_donation.rids) == (2, (2,), (1,), (R1,))
+    assert "was never written by a forward since its allocation at step 1 (planned at step 1, position 64)" in at_donation.reason
 
 
 def test_a_write_for_another_position_or_request_is_reported() -> None:
     v = only(run(_writes(clean_history(), 0, positions=[48]), names=["write-ran"]), "write-ran")
     assert "holds the state its forward wrote for position 48" in v.reason
     stray = _writes(clean_history(), 0, mask=[False])  # the copy wrote slot 2, but no row planned it
-    v = only(run(stray, names=["write-ran"]), "write-ran")
-    assert "last received a write no request of its batch planned" in v.reason
+    at_forward, at_donation = run(stray, names=["write-ran"])
+    assert at_forward.step == 1 and at_forward.reason.endswith("but its track copy was not told to track that row")
+    assert at_donation.step == 2 and "last received a write no request of its batch planned" in at_donation.reason
 
 
 def test_the_decode_write_went_to_the_padding_slot_instead() -> None:
     """#32555: the graph bound a stale buffer tail: the copy wrote slot 0, the planned slot 3
     stays unwritten and is donated at r1's finish."""
     history = _writes(clean_history(), 2, written=[SlotId(0)])
-    v = only(run(history, names=["write-ran", "write-target"]), "write-ran")
-    assert (v.step, v.slots, v.nodes) == (4, (3,), (2,))
+    at_forward, at_donation = run(history, names=["write-ran", "write-target"])
+    assert (at_forward.check, at_forward.step, at_forward.slots) == ("write-ran", 3, (3,))
+    assert at_forward.reason.endswith("into slot 3, but its track copy wrote 0")
+    assert (at_donation.check, at_donation.step, at_donation.slots, at_donation.nodes) == ("write-ran", 4, (3,), (2,))
 
 
 def test_decode_steps_replayed_from_cuda_graphs_are_not_judged() -> None:
     history = _writes(clean_history(), 2, drop=True)
     assert run(history, engine(track_writes="extend"), names=["write-ran"]) == []
-    assert only(run(history, engine(track_writes="all"), names=["write-ran"]), "write-ran").step == 4
+    assert only(run(history, engine(track_writes="all"), names=["write-ran"]), "write-ran").step == 4  # no CowEvent: a decode step
     assert run(history, engine(track_writes=""), names=["write-ran"]) == []  # an engine that reports none
 
 

@@ -58,6 +58,9 @@ EXPECTED = {
     "double-owner",
     "overwrite-cached",
     "dropped-cow",
+    "mixed-track-dropped",
+    "decode-write-to-padding",
+    "stray-track-write",
 }
 PAGE = 16
 GRID = 64  # lcm(mamba chunk 64, page 16): where extra_buffer tracks prefill states

@@ -71,6 +71,8 @@ class Fault:
     environment: tuple[tuple[str, str], ...] = ()
     """Environment variables the engine needs while the fault is active."""
     families: tuple[str, ...] = ALL_FAMILIES
+    requires: tuple[str, ...] = ()
+    """Engine features the mechanism needs ("mixed-chunk": --enable-mixed-chunk)."""
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -122,7 +122,7 @@ UNWRITTEN_SLOT = Fault(
         "slot to the tree: a cached node holds whatever the slot held before. Re-created in "
         "the GDN backend and in the Mamba2 backend (which tracks decodes with the copy itself)."
     ),
-    expected_checks=(RECOMPUTE_CHECK,),
+    expected_checks=("write-ran", RECOMPUTE_CHECK),
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(
         Hook(f"{GDN_BACKEND}._track_mamba_state_extend", "replace", skip_track_write),

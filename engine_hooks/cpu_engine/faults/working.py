@@ -66,7 +66,7 @@ DROPPED_COW = Fault(
         "requests whose remaining run caches nothing are hit, so every cached state stays right "
         "and only their outputs are wrong."
     ),
-    expected_checks=(WORKING_CHECK,),
+    expected_checks=("cow-ran", WORKING_CHECK),
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(Hook(f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "around", drop_copy_on_write),),
     trigger="prefix hits with a short suffix (the workload's branches and shared-prefix requests)",
