@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .checks.recompute import tolerance
-from .client import EngineRefused, request
 from .errors import McinspectError
 from .schema import SCHEMA_VERSION, EngineInfo, GetVerify, Hello, NodeId, NodeVerdict, StartVerify, VerifyStatus
 from .target import Target
@@ -50,6 +49,8 @@ def verify_nodes(
     on_progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[Judged]:
     """Ask for the verification, poll until the engine is done, judge each node."""
+    from .client import request  # zmq: not for the replays that import this module
+
     info = request(target, Hello(schema_version=SCHEMA_VERSION, token=token), timeout_s)
     if isinstance(info, EngineInfo) and info.mamba_pool_size == 0:
         raise VerifyError(f"the engine at {target.host}:{target.port} keeps no mamba state (not a hybrid SSM model)")
@@ -67,6 +68,8 @@ def verify_nodes(
 
 
 def _status(reply: object) -> VerifyStatus:
+    from .client import EngineRefused
+
     if not isinstance(reply, VerifyStatus):
         raise EngineRefused(f"expected a VerifyStatus, got {type(reply).__name__}")
     return reply

@@ -25,7 +25,9 @@ from textual.screen import Screen
 from textual.widgets import Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from ..schema import CacheState, NodeId, Rid
+from ..errors import McinspectError
+from ..schema import CacheState, NodeId, Rid, VerifyStats
+from ..verify_command import Judged
 from .cell_grid import CellGrid
 from .commands import palette_commands
 from .details import Selection, detail_text
@@ -47,6 +49,8 @@ from .tree_view import RadixTreeView
 from .violations import Checker, ViolationRow
 from .violations_table import ViolationsTable
 
+VERIFIER_POLL_S = 2.0
+"""How often the header asks the engine for its T2 verifier's queue and counts."""
 LIVE_REFRESH_S = 0.1
 """Shortest time between two redraws while following a fast engine."""
 
@@ -64,6 +68,7 @@ class InspectorApp(App[None]):
     | / | Search nodes by token ids. |
     | n / N | Next / previous search match. |
     | v | Jump to the next violation. |
+    | V | Verify the selected node now: the engine recomputes its state (T2). |
     | t | Focus the radix tree. |
     | 1-5 | Slots, pages, requests, events, violations tab. |
     | e | Export the state at this step as snapshot JSON. |
@@ -89,6 +94,7 @@ class InspectorApp(App[None]):
         Binding("n", "next_match(1)", "Next match", show=False),
         Binding("N", "next_match(-1)", "Prev match", show=False),
         Binding("v", "next_violation", "Next violation"),
+        Binding("V", "verify_node", "Verify (T2)", show=False),
         Binding("t", "focus_tree", "Tree", show=False),
         *(Binding(str(n), f"show_tab('{tab}')", tab.capitalize(), show=False) for n, tab in enumerate(TABS, 1)),
         Binding("e", "export_json", "Export JSON", show=False),
@@ -134,6 +140,10 @@ class InspectorApp(App[None]):
         """The node or request whose pages the page map highlights."""
         self._detail_shown: Text | None = None
         self._tree_title = ""
+        self._verdicts: dict[NodeId, list[Judged]] = {}
+        """`V`'s answers, by node."""
+        self._verifier: VerifyStats | None = None
+        """The engine verifier's counts, polled every VERIFIER_POLL_S while attached."""
 
     def get_default_screen(self) -> Screen:
         return MainScreen(id="_default")
@@ -145,6 +155,8 @@ class InspectorApp(App[None]):
         self.query_one("#detail-pane").border_title = "details"
         self._refresh_header()
         self.source.start(self._notify)
+        if self.source.live:
+            self.set_interval(VERIFIER_POLL_S, self._poll_verifier)
 
     def on_unmount(self) -> None:
         self.source.close()
@@ -258,6 +270,7 @@ class InspectorApp(App[None]):
                 violations=len(self.findings.violations()),
                 violations_here=0 if self.view is None else len(self.view.violations),
                 received_at=None if frame is None else frame.received_at,
+                verifier=self._verifier,
             )
         )
         if self.view is None:
@@ -307,7 +320,7 @@ class InspectorApp(App[None]):
 
     def _refresh_detail(self) -> None:
         detail = self.query_one("#detail", Static)
-        text = detail_text(self.view, self.selection, self.findings)
+        text = detail_text(self.view, self.selection, self.findings, self._verdicts)
         if text != self._detail_shown:  # most live frames leave the selection as it was
             self._detail_shown = text
             # A layout pass restyles the whole screen: only a change of height needs one.
@@ -456,6 +469,49 @@ class InspectorApp(App[None]):
         current = -1 if self.view is None else self.view.frame
         later = [v for v in violations if v.frame > current]
         self.jump_to(later[0] if later else violations[0])
+
+    def action_verify_node(self) -> None:
+        """The engine prefills the selected node's prefix alone and compares (on a worker)."""
+        if self.selection.kind != "node":
+            self.notify("select a node in the tree first", severity="warning")
+            return
+        node = NodeId(int(self.selection.value))
+
+        def run() -> None:
+            try:
+                judged = self.source.verify([node])
+            except McinspectError as exc:
+                self.call_from_thread(self.notify, str(exc), severity="error")
+                return
+            self.call_from_thread(self._verified, node, judged)
+
+        self.notify(f"verifying node #{node}: the engine recomputes its prefix")
+        self.run_worker(run, thread=True, group="verify")
+
+    def _verified(self, node: NodeId, judged: list[Judged]) -> None:
+        self._verdicts[node] = judged
+        for j in judged:
+            if j.equal is None:
+                self.notify(f"node #{node}: not verified: {j.verdict.error}", severity="warning")
+            else:
+                verdict = "equal" if j.equal else "MISMATCH"
+                self.notify(f"node #{node}: {verdict} ({j.verdict.oracle} oracle)", severity="information" if j.equal else "error")
+        self._refresh_detail()
+
+    def _poll_verifier(self) -> None:
+        def run() -> None:
+            try:
+                stats = self.source.verifier()
+            except McinspectError:  # the header's connection status already says why
+                return
+            self.call_from_thread(self._verifier_polled, stats)
+
+        self.run_worker(run, thread=True, group="verifier", exclusive=True)
+
+    def _verifier_polled(self, stats: VerifyStats | None) -> None:
+        if stats != self._verifier:
+            self._verifier = stats
+            self._refresh_header()
 
     def action_focus_tree(self) -> None:
         self.query_one(RadixTreeView).focus()

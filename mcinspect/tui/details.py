@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rich.text import Text
 
-from ..schema import NodeId, Rid, SlotClaim, SlotId
+from ..checks.recompute import tolerance, worst_component
+from ..schema import NodeId, Rid, SlotClaim, SlotContent, SlotId
 from .findings import Findings, SlotChange
 from .model import FrameView, PageId
 from .palette import PAGE_LABELS, SLOT_LABELS, SLOT_STYLES
+
+if TYPE_CHECKING:
+    from ..verify_command import Judged
 
 _KEY = "bold grey70"
 
@@ -25,12 +30,15 @@ class Selection:
     """Include what costs a scan of the tree (a page's holders): asked for with enter."""
 
 
-def detail_text(view: FrameView | None, sel: Selection, findings: Findings) -> Text:
-    """The detail pane for `sel` at `view`'s step."""
+def detail_text(
+    view: FrameView | None, sel: Selection, findings: Findings, verdicts: Mapping[NodeId, list[Judged]] | None = None
+) -> Text:
+    """The detail pane for `sel` at `view`'s step; `verdicts`: what `V` (verify) answered, by node."""
     if view is None or sel.kind == "none":
         return Text("Select a node, slot, request or page to see it here. ? shows the keys.")
     if sel.kind == "node":
-        return node_details(view, NodeId(int(sel.value)))
+        node = NodeId(int(sel.value))
+        return node_details(view, node, (verdicts or {}).get(node, []))
     if sel.kind == "slot":
         slot = SlotId(int(sel.value))
         return slot_details(view, slot, findings.slot_history(slot, view.frame))
@@ -60,7 +68,7 @@ def claim_text(claim: SlotClaim) -> str:
     return " ".join(parts)
 
 
-def node_details(view: FrameView, node_id: NodeId) -> Text:
+def node_details(view: FrameView, node_id: NodeId, verdicts: list[Judged] = ()) -> Text:
     node = view.state.nodes.get(node_id)
     if node is None:
         return Text(f"node #{node_id} is not in step {view.state.step}", style="italic")
@@ -80,8 +88,37 @@ def node_details(view: FrameView, node_id: NodeId) -> Text:
     tokens = node.token_ids
     suffix = f" … ({node.key_len - len(tokens)} more)" if node.key_len > len(tokens) else ""
     _field(text, "key", " ".join(map(str, tokens)) + suffix, "grey62")
+    content = view.state.contents.get(node.mamba_slot) if node.mamba_slot >= 0 else None
+    if content is not None:
+        _recompute(text, content)
+    for judged in verdicts:
+        _verdict(text, judged)
     _violations(text, [v.reason for v in view.violations if node.id in v.violation.nodes])
     return text
+
+
+def _recompute(text: Text, content: SlotContent) -> None:
+    """The engine's automatic T2 result for the slot's state, where it has one."""
+    worst = worst_component(content)
+    if worst is None:
+        return
+    oracle = content.recompute_oracle or "transformers"
+    limit = tolerance(oracle, content.origin.forward if content.origin is not None else "")
+    equal = worst[1] <= limit
+    text.append("\nT2 ", style=_KEY)
+    text.append("equal" if equal else "MISMATCH", style="green" if equal else "bold red")
+    text.append(f"  {oracle} oracle at step {content.step}: conv {content.recompute_conv_rel_l2:.3g}, temporal {content.recompute_temporal_rel_l2:.3g} (tolerance {limit:g})")
+
+
+def _verdict(text: Text, judged: Judged) -> None:
+    """What `V` answered for the node."""
+    v = judged.verdict
+    text.append("\nverified now ", style=_KEY)
+    if judged.equal is None:
+        text.append(f"not verified: {v.error}", style="yellow")
+        return
+    text.append("equal" if judged.equal else "MISMATCH", style="green" if judged.equal else "bold red")
+    text.append(f"  {v.oracle} oracle, {v.tokens} tokens: conv {v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g} (tolerance {judged.tolerance:g})")
 
 
 def slot_details(view: FrameView, slot: SlotId, history: list[SlotChange]) -> Text:

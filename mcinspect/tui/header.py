@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from ..schema import EngineInfo
+from ..schema import EngineInfo, VerifyStats
 from .source import SourceHealth
 
 
@@ -29,6 +29,8 @@ class HeaderState:
     violations: int
     violations_here: int
     received_at: float | None
+    verifier: VerifyStats | None = None
+    """The engine's T2 verifier counts (attached views only)."""
 
 
 _STATUS_STYLES = {
@@ -90,9 +92,22 @@ def status_line(state: HeaderState) -> Text:
     if health.hook_errors:
         text.append(f"  hook errors {health.hook_errors}", style="bold red")
     text.append(f"  drops {health.dropped} gaps {health.gaps} resyncs {health.resyncs}", style="grey70")
+    verifier = verifier_text(state.engine, state.verifier)
+    if verifier:
+        text.append(f"  {verifier}", style="bold red" if state.verifier is not None and state.verifier.mismatches else "grey70")
     if state.step is not None and state.received_at:  # 0: unknown (recordings keep no frame times)
         text.append("  " + time.strftime("%H:%M:%SZ", time.gmtime(state.received_at)), style="grey62")
     return text
+
+
+def verifier_text(engine: EngineInfo | None, stats: VerifyStats | None) -> str:
+    """`T2 engine ≤5%: 24 verified, 2 queued, 0 mismatches`: the verifier's budget and queue."""
+    if engine is None or (engine.verify == "off" and (stats is None or not stats.verified)):
+        return ""
+    head = f"T2 {engine.verify} ≤{engine.verify_share:.0%}" if engine.verify != "off" else "T2 on request"
+    if stats is None:
+        return head
+    return f"{head}: {stats.verified} verified, {stats.queued} queued, {stats.mismatches} mismatches"
 
 
 class StatusHeader(Static):

@@ -26,6 +26,8 @@ def attach_app(target: Target, token: str, every_step: bool = False) -> Inspecto
     source = SessionSource(
         lambda on_frame: Session(target, token=token, every_step=every_step, on_frame=on_frame),
         name=f"{target.host}:{target.port} ({mode})",
+        target=target,
+        token=token,
     )
     return InspectorApp(source, checker=checks_checker(source.engine))
 

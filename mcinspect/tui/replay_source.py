@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 
 from ..frame_history import FrameEvicted, FrameHistory
 from ..replay import Replay
-from ..schema import CacheState, Delta, EngineInfo, Seq, Snapshot, Step
+from ..schema import CacheState, Delta, EngineInfo, NodeId, Seq, Snapshot, Step, VerifyStats
+from ..verify_command import Judged, VerifyError  # imports no client: replays stay free of zmq
 from .source import FrameGone, FrameMeta, NodeChanges, SourceHealth
 from .static_source import StaticFrame
 
@@ -55,6 +56,12 @@ class ReplaySource:
 
     def engine(self) -> EngineInfo | None:
         return self._info
+
+    def verify(self, nodes: list[NodeId]) -> list[Judged]:
+        raise VerifyError("verifying a state needs the live engine: `mcinspect attach PORT`, then V")
+
+    def verifier(self) -> VerifyStats | None:
+        return None
 
     def health(self) -> SourceHealth:
         return SourceHealth(status="replay")

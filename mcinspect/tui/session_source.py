@@ -6,11 +6,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..schema import CacheState, Delta, EngineInfo, Snapshot
+from ..schema import CacheState, Delta, EngineInfo, NodeId, Snapshot, VerifyStats
 from .source import FrameGone, FrameMeta, NodeChanges, SourceHealth
 
 if TYPE_CHECKING:
     from ..session import FrameInfo, Session
+    from ..target import Target
+    from ..verify_command import Judged
 
 CHANGES_KEPT = 10_000
 """Frames whose node changes a SessionSource remembers (ids only; the session's history is
@@ -30,10 +32,15 @@ class SessionSource:
 
     live = True
 
-    def __init__(self, make_session: Callable[[OnFrame], Session], name: str, retry_s: float = 2.0) -> None:
+    def __init__(
+        self, make_session: Callable[[OnFrame], Session], name: str, retry_s: float = 2.0, *, target: Target | None = None, token: str = ""
+    ) -> None:
         """`make_session(on_frame)` builds an unconnected Session that calls `on_frame` for
-        every frame (a failed connect needs a fresh Session, hence a factory)."""
+        every frame (a failed connect needs a fresh Session, hence a factory); `target` and
+        `token` are where verifications are asked for (on sockets of their own)."""
         self.name = name
+        self._target = target
+        self._token = token
         self._make_session = make_session
         self._retry_s = retry_s
         self._session: Session | None = None
@@ -80,6 +87,22 @@ class SessionSource:
 
     def node_changes(self, index: int) -> NodeChanges | None:
         return self._changes.get(index)
+
+    def verify(self, nodes: list[NodeId]) -> list[Judged]:
+        from ..verify_command import VerifyError, verify_nodes
+
+        if self._target is None:
+            raise VerifyError("this view was opened without the engine's address")
+        return verify_nodes(self._target, list(nodes), False, token=self._token, timeout_s=5.0, wait_s=120.0)
+
+    def verifier(self) -> VerifyStats | None:
+        from ..client import request
+        from ..schema import SCHEMA_VERSION, GetStats, Stats
+
+        if self._target is None or self._session is None:
+            return None
+        reply = request(self._target, GetStats(schema_version=SCHEMA_VERSION, token=self._token), timeout_s=5.0)
+        return reply.verify if isinstance(reply, Stats) else None
 
     def close(self) -> None:
         self._closed.set()

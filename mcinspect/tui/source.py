@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..schema import CacheState, Counters, Delta, EngineInfo, Event, NodeId, Snapshot
+from ..schema import CacheState, Counters, Delta, EngineInfo, Event, NodeId, Snapshot, VerifyStats
+
+if TYPE_CHECKING:
+    from ..verify_command import Judged
 
 
 class FrameMeta(Protocol):
@@ -114,3 +117,10 @@ class DataSource(Protocol):
     def node_changes(self, index: int) -> NodeChanges | None:
         """What frame `index` changed in the tree relative to frame `index - 1`, if known
         (it saves the views a scan of every node)."""
+
+    def verify(self, nodes: list[NodeId]) -> list[Judged]:
+        """Ask the engine to recompute these nodes' states now (T2); blocks: call from a worker.
+        Raises a McinspectError where there is no engine to ask (a recording)."""
+
+    def verifier(self) -> VerifyStats | None:
+        """The engine's T2 verifier counts (blocks: call from a worker); None without an engine."""

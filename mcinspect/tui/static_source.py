@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..schema import CacheState, Counters, EngineInfo, Event, Seq, Step
+from ..schema import CacheState, Counters, EngineInfo, Event, NodeId, Seq, Step, VerifyStats
+from ..verify_command import Judged, VerifyError  # imports no client: replays stay free of zmq
 from .source import FrameGone, FrameMeta, NodeChanges, SourceHealth
 
 
@@ -46,6 +47,12 @@ class StaticSource:
         pass
 
     def engine(self) -> EngineInfo | None:
+        return None
+
+    def verify(self, nodes: list[NodeId]) -> list[Judged]:
+        raise VerifyError("verifying a state needs the live engine: `mcinspect attach PORT`, then V")
+
+    def verifier(self) -> VerifyStats | None:
         return None
 
     def health(self) -> SourceHealth:
