@@ -319,5 +319,7 @@ def state_log_points(log: StateLog, errors: ErrorCounter) -> list[HookPoint]:
         (f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", log.inserting),
         (f"{SCHEDULE_BATCH}.prepare_for_extend", "after", log.extend_planned),
         (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", log.decode_planned),
+        (f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "before", log.collecting_copies),
+        (f"{SCHEDULE_BATCH}.mix_with_running", "after", log.mixed),
     ]
     return [(target, when, errors.guard(fn)) for target, when, fn in points]

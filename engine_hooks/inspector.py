@@ -95,6 +95,7 @@ class Inspector:
         self.capture = Capture(scheduler, sink)
         self.capture.full_state(Step(0))
         self.contents = ContentCapture(scheduler)
+        self.state_log = state_log
         capture = self.capture
         self.verifier = Verifier(scheduler, config, state_log, capture.slot_of, capture.path_tokens, capture.state_nodes)
         self.self_check = SelfCheck.from_env()
@@ -284,6 +285,7 @@ class Inspector:
             self_check_first_failure=check.first_failure if check else "",
             hook_seconds=self.errors.seconds,
             verify=self.verifier.stats(),
+            paths=dict(self.state_log.paths),
             request_seconds=self.server.busy_seconds,
         )
 

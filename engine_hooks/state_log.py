@@ -7,6 +7,10 @@ either), for the verifier.
 | `mem_cache.unified_cache.components.mamba.MambaComponent.cleanup_after_caching_req` | before | a state entered the tree: slot, node, the prefix's token ids (the insert's key) |
 | `managers.schedule_batch.ScheduleBatch.prepare_for_extend` | after | the extend batch's track plans: request, slot, position, batch size, index, extend lengths |
 | `managers.schedule_batch.ScheduleBatch.prepare_for_decode` | after | a decode batch's track plans at checkpoint boundaries |
+| `managers.schedule_batch.ScheduleBatch._collect_deferred_mamba_cow_and_clear`, `.mix_with_running` | before / after | counts only: prefix hits copied, mixed batches |
+
+It also counts which cache paths ran (`paths`: prefill and decode checkpoints, chunk and finish
+donations, copy-on-writes, mixed batches), for the demo's summary and `mcinspect info`.
 
 The hooks keep slot ids as tensors (a device read in a hook would wait for the forward in
 flight) and `drain` turns them into ints once per step boundary. Prefix tokens are copied at
@@ -25,6 +29,9 @@ from mcinspect.schema import BatchOrigin, NodeId, Rid, SlotId, Step
 from .reference import RID_PREFIX
 from .tensor_runs import IndexValue, ints_of_many
 
+PATHS = ("prefill checkpoint", "decode checkpoint", "chunk donation", "finish donation", "copy-on-write", "mixed batch")
+"""The cache paths counted: a prefill or a decode step writing a track state, a state donated
+by a request still running (chunked prefill) or finishing, a prefix hit's copy, a mixed batch."""
 MAX_ORIGINS = 4096
 """Track plans remembered (per request and slot) until the insert that donates the slot."""
 
@@ -70,6 +77,8 @@ class StateLog:
         self._plans: list[_Plan] = []
         self._inserts: list[_Insert] = []
         self._origins: OrderedDict[tuple[str, int], BatchOrigin] = OrderedDict()
+        self.paths: dict[str, int] = dict.fromkeys(PATHS, 0)
+        """How often each cache path ran (PATHS)."""
 
     # --- hook bodies (guarded by the plugin) ---
 
@@ -81,6 +90,8 @@ class StateLog:
         lens = list(batch.extend_lens)
         for i, (req, tracked) in enumerate(zip(batch.reqs, mask)):
             kv = req.kv
+            if tracked and not req.rid.startswith(RID_PREFIX):
+                self.paths["prefill checkpoint"] += 1
             if tracked and not req.rid.startswith(RID_PREFIX) and kv.mamba_ping_pong_track_buffer is not None and kv.mamba_last_track_idx is not None:
                 slot = kv.mamba_ping_pong_track_buffer[kv.mamba_last_track_idx].clone()
                 seqlen = -1 if kv.mamba_last_track_seqlen is None else int(kv.mamba_last_track_seqlen)
@@ -95,18 +106,29 @@ class StateLog:
         for i, (req, at_boundary, position, seqlen) in enumerate(rows):
             buffer = req.kv.mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:
+                self.paths["decode checkpoint"] += 1
                 self._plans.append(_Plan(buffer[position].clone(), Rid(req.rid), "decode", len(batch.reqs), i, [], int(seqlen)))
 
     def inserting(self, component: Any, /, *args: Any, **kwargs: Any) -> None:
         """Before MambaComponent.cleanup_after_caching_req: a state just entered the tree."""
         req = args[0] if args else kwargs.get("req")
+        is_finished = args[1] if len(args) > 1 else kwargs.get("is_finished")
         result = args[2] if len(args) > 2 else kwargs.get("insert_result")
         params = args[3] if len(args) > 3 else kwargs.get("insert_params")
         if result is None or result.mamba_exist or params is None or params.mamba_value is None or params.key is None:
             return
+        self.paths["finish donation" if is_finished else "chunk donation"] += 1
         tokens = array("i", params.key.raw_token_ids())
         donated = bool(component.cache.enable_mamba_extra_buffer) and component.int8_ckpt_pool is None
         self._inserts.append(_Insert(params.mamba_value, int(result.last_device_node), tokens, Rid(req.rid), donated))
+
+    def collecting_copies(self, batch: Any, reqs: Any, /, *args: Any, **kwargs: Any) -> None:
+        """Before ScheduleBatch._collect_deferred_mamba_cow_and_clear: prefix hits to copy."""
+        self.paths["copy-on-write"] += sum(1 for req in reqs if req.kv.mamba_cow_src_index is not None)
+
+    def mixed(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        """After ScheduleBatch.mix_with_running."""
+        self.paths["mixed batch"] += 1
 
     # --- at the step boundary ---
 

@@ -167,6 +167,8 @@ def print_summary(summary: DemoSummary) -> None:
                 f"{layout.working}, ping-pong {layout.ping_pong}",
             )
         table.add_row("hook errors", str(stats.hook_errors))
+        if stats.paths:
+            table.add_row("cache paths", ", ".join(f"{name} {count:,}" for name, count in stats.paths.items()))
         if summary.verify != "off":
             table.add_row("T2 verification", verification_line(summary.verify, stats.verify, summary.workload_s))
         if stats.step:

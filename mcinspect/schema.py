@@ -569,6 +569,9 @@ class Stats(_Message):
     """Time the scheduler thread spent inside mcinspect's hooks, captures included; not the
     set-up at engine start (importing mcinspect, the first full capture, binding the ports)."""
     verify: VerifyStats = VerifyStats()
+    paths: dict[str, int] = {}
+    """How often each cache path ran: prefill / decode checkpoints, chunk / finish donations,
+    copy-on-writes, mixed batches (engine_hooks/state_log.py)."""
     request_seconds: float = 0.0
     """CPU time the request thread spent answering (it holds the GIL the scheduler needs)."""
 
