@@ -198,6 +198,9 @@ def print_faults(faults: Iterable[Fault]) -> None:
     for fault in faults:
         where = ", ".join(fault.strategies) + (f", page {', '.join(map(str, fault.page_sizes))}" if fault.page_sizes else "")
         stdout.print(f"[bold]{fault.name}[/]  {fault.upstream}", highlight=False)
-        stdout.print(f"  caught by: {', '.join(fault.expected_checks)}   applies to: {where}", highlight=False)
+        stdout.print(
+            f"  caught by: {', '.join(fault.expected_checks)}   applies to: {where}; models {', '.join(fault.families)}",
+            highlight=False,
+        )
         stdout.print(f"  {fault.description}", highlight=False)
         stdout.print()

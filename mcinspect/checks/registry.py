@@ -29,7 +29,7 @@ from .depth import DEPTH, check_depth
 from .history import StepView
 from .kv import KV, check_kv
 from .provenance import COW, PLAN_SAFETY, PROVENANCE, check_cow, check_plan_safety, check_provenance
-from .recompute import RECOMPUTE, TOLERANCE_REL_L2, check_recompute
+from .recompute import CONV_TOLERANCE_REL_L2, RECOMPUTE, TOLERANCE_REL_L2, check_recompute
 from .slots import PARTITION, REQUEST_SLOTS, check_partition, check_request_slots
 from .tree import LOCKS, SHAPE, check_locks, check_shape
 from .violation import Violation
@@ -201,9 +201,9 @@ CHECKS: dict[str, CheckSpec] = {
             description="a cached state equals the state of its node's prefix recomputed alone",
             targets=("#37836", "#31833", "#33450"),
             needs=("fingerprints",),
-            checked="each verified tree slot: conv and temporal state within relative L2 "
-            f"{TOLERANCE_REL_L2:g} of transformers' recompute of the owning node's prefix (the engine "
-            "measures it: embedded CPU engine with --verify, a per-step budget of slots)",
+            checked=f"each verified tree slot: temporal state within relative L2 {TOLERANCE_REL_L2:g}, conv "
+            f"window within {CONV_TOLERANCE_REL_L2:g}, of transformers' recompute of the owning node's prefix "
+            "(the engine measures it: embedded CPU engine with --verify, a per-step budget of slots)",
             blind_to="engines without the recompute (GPU servers: no distances, nothing reported); slots "
             "evicted before their turn in the budget; differences below the tolerance (bf16 rounding of "
             "two implementations)",
