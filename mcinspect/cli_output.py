@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -85,10 +86,14 @@ def print_summary(summary: DemoSummary) -> None:
     table = Table(title="mcinspect demo summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("model", summary.model + (f" ({summary.engine.model_path})" if summary.engine is not None else ""))
-    if summary.engine is not None and summary.engine.state_layout:
-        table.add_row("mamba state", summary.engine.state_layout)
-        table.add_row("state per slot", state_shapes_line(summary.engine))
+    from mcinspect_engine_hooks.cpu_engine.families import get_family
+
+    engine = summary.engine
+    table.add_row("model", summary.model + (f" ({engine.model_path})" if engine is not None else ""))
+    layout = engine.state_layout if engine is not None else get_family(summary.model).state_layout
+    table.add_row("mamba state", escape(layout))  # its [axes] are not markup
+    if engine is not None and engine.temporal_shape:
+        table.add_row("state per slot", escape(state_shapes_line(engine)))
     table.add_row("requests", f"{summary.requests} in {summary.waves} waves, {summary.requests_with_hits} hit the cache")
     table.add_row(
         "prompt tokens",
@@ -133,8 +138,8 @@ def print_ranks(ranks: list[RankInfo]) -> None:
         f"strategy {first.strategy}, page size {first.page_size}, overlap {'on' if first.overlap else 'off'}, "
         f"tree core {first.tree_core}{'' if first.full_tree_detail else ' (nodes off request paths hidden)'}\n"
         f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens"
-        + (f"\nmodel family {first.model_family}: {first.state_layout}" if first.model_family else "")
-        + (f"\nstate per slot: {state_shapes_line(first)}" if first.temporal_shape else ""),
+        + (f"\nmodel family {first.model_family}: {escape(first.state_layout)}" if first.model_family else "")
+        + (f"\nstate per slot: {escape(state_shapes_line(first))}" if first.temporal_shape else ""),
         highlight=False,
     )
     table = Table("tp", "dp", "pid", "ports", "step", "unobserved", "slots in use", "published", "dropped", "hook errors", "rejected")
