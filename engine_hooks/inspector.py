@@ -299,7 +299,7 @@ def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, 
     mamba_pool = getattr(pool, "mamba_pool", None)
     tree_core = getattr(scheduler.tree_cache, "tree_core", None)
     hf_config = getattr(getattr(scheduler, "model_config", None), "hf_config", None)
-    family = family_of_architecture(((getattr(hf_config, "architectures", None) or [""])[0]))
+    family = family_of_architecture((getattr(hf_config, "architectures", None) or [""])[0])
     return EngineInfo(
         schema_version=SCHEMA_VERSION,
         sglang_version=sglang.__version__,

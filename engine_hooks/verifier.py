@@ -50,7 +50,7 @@ from mcinspect.schema import (
     VerifyStatus,
     WorkingStateEvent,
 )
-from mcinspect.checks.recompute import tolerance
+from mcinspect.checks.recompute import beyond
 from mcinspect_kernels.fingerprint import fingerprint_slots
 
 from . import extensions
@@ -562,5 +562,4 @@ def _error(node: NodeId, slot: int, reason: str) -> NodeVerdict:
 
 def _beyond(distances: Distances, oracle: str, forward: str) -> bool:
     """Whether a comparison is a mismatch by the client checks' tolerance (NaN is)."""
-    limit = tolerance(oracle, forward)
-    return not (distances.conv_rel_l2 <= limit and distances.temporal_rel_l2 <= limit)
+    return beyond(oracle, forward, distances.conv_rel_l2, distances.temporal_rel_l2) is not None

@@ -100,13 +100,17 @@ def verification_line(oracles: str, v: VerifyStats, workload_s: float) -> str:
     )
 
 
+def _limits(judged: Judged) -> str:
+    return ", ".join(f"{name} {limit:g}" for name, limit in judged.tolerance.items())
+
+
 def print_verdicts(judged: list[Judged], json_out: bool) -> None:
     """`mcinspect verify`'s results: a table, or one JSON object per node."""
     if json_out:
         for j in judged:
             v = j.verdict
             verdict = "error" if j.equal is None else "equal" if j.equal else "mismatch"
-            row = {**msgspec.to_builtins(v), "tolerance": None if j.equal is None else j.tolerance, "verdict": verdict}
+            row = {**msgspec.to_builtins(v), "tolerance": j.tolerance or None, "verdict": verdict}
             typer.echo(json.dumps(row))
         return
     if not stdout.is_terminal:  # one whole line per node: nothing folded or cut in a pipe or a log
@@ -118,7 +122,7 @@ def print_verdicts(judged: list[Judged], json_out: bool) -> None:
             verdict = "equal" if j.equal else "MISMATCH"
             typer.echo(
                 f"node {v.node} slot {v.slot}: {verdict} ({v.oracle} oracle, {v.tokens} tokens; conv relative L2 "
-                f"{v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g}, tolerance {j.tolerance:g})"
+                f"{v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g}, tolerance {_limits(j)})"
             )
         return
     table = Table(title="T2: cached states against their prefixes recomputed", title_justify="left")
@@ -130,7 +134,7 @@ def print_verdicts(judged: list[Judged], json_out: bool) -> None:
             table.add_row(str(v.node), str(v.slot) if v.slot >= 0 else "-", "-", v.oracle or "-", "-", "-", "-", f"[red]not verified: {v.error}[/]")
             continue
         verdict = "[green]equal[/]" if j.equal else "[bold red]MISMATCH[/]"
-        table.add_row(str(v.node), str(v.slot), str(v.tokens), v.oracle, f"{v.conv_rel_l2:.3g}", f"{v.temporal_rel_l2:.3g}", f"{j.tolerance:g}", verdict)
+        table.add_row(str(v.node), str(v.slot), str(v.tokens), v.oracle, f"{v.conv_rel_l2:.3g}", f"{v.temporal_rel_l2:.3g}", _limits(j), verdict)
     stdout.print(table)
 
 
@@ -138,10 +142,14 @@ def print_summary(summary: DemoSummary) -> None:
     table = Table(title="mcinspect demo summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("model", summary.model + (f" ({summary.engine.model_path})" if summary.engine is not None else ""))
-    if summary.engine is not None and summary.engine.state_layout:
-        table.add_row("mamba state", summary.engine.state_layout)
-        table.add_row("state per slot", state_shapes_line(summary.engine))
+    from mcinspect_engine_hooks.cpu_engine.families import get_family
+
+    engine = summary.engine
+    table.add_row("model", summary.model + (f" ({engine.model_path})" if engine is not None else ""))
+    layout = engine.state_layout if engine is not None else get_family(summary.model).state_layout
+    table.add_row("mamba state", escape(layout))  # its [axes] are not markup
+    if engine is not None and engine.temporal_shape:
+        table.add_row("state per slot", escape(state_shapes_line(engine)))
     table.add_row("requests", f"{summary.requests} in {summary.waves} waves, {summary.requests_with_hits} hit the cache")
     table.add_row(
         "prompt tokens",
@@ -190,8 +198,8 @@ def print_ranks(ranks: list[RankInfo]) -> None:
         f"strategy {first.strategy}, page size {first.page_size}, overlap {'on' if first.overlap else 'off'}, "
         f"tree core {first.tree_core}{'' if first.full_tree_detail else ' (nodes off request paths hidden)'}\n"
         f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens"
-        + (f"\nmodel family {first.model_family}: {first.state_layout}" if first.model_family else "")
-        + (f"\nstate per slot: {state_shapes_line(first)}" if first.temporal_shape else "")
+        + (f"\nmodel family {first.model_family}: {escape(first.state_layout)}" if first.model_family else "")
+        + (f"\nstate per slot: {escape(state_shapes_line(first))}" if first.temporal_shape else "")
         + f"\n{verification_setting(first)}",
         highlight=False,
     )
@@ -318,6 +326,9 @@ def print_faults(faults: Iterable[Fault]) -> None:
     for fault in faults:
         where = ", ".join(fault.strategies) + (f", page {', '.join(map(str, fault.page_sizes))}" if fault.page_sizes else "")
         stdout.print(f"[bold]{fault.name}[/]  {fault.upstream}", highlight=False)
-        stdout.print(f"  caught by: {', '.join(fault.expected_checks)}   applies to: {where}", highlight=False)
+        stdout.print(
+            f"  caught by: {', '.join(fault.expected_checks)}   applies to: {where}; models {', '.join(fault.families)}",
+            highlight=False,
+        )
         stdout.print(f"  {fault.description}", highlight=False)
         stdout.print()

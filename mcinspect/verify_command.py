@@ -4,12 +4,11 @@ tolerance (mcinspect.checks.recompute)."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .checks.recompute import tolerance
+from .checks.recompute import beyond, tolerances
 from .errors import McinspectError
 from .schema import SCHEMA_VERSION, EngineInfo, GetVerify, Hello, NodeId, NodeVerdict, StartVerify, VerifyStatus
 from .target import Target
@@ -24,7 +23,8 @@ class VerifyError(McinspectError):
 @dataclass(frozen=True)
 class Judged:
     verdict: NodeVerdict
-    tolerance: float
+    tolerance: dict[str, float]
+    """Per component; empty when not verified."""
     equal: bool | None
     """None: not verified (`verdict.error` says why)."""
 
@@ -32,10 +32,9 @@ class Judged:
 def judge(verdict: NodeVerdict) -> Judged:
     """A verdict against its oracle's tolerance for the forward that wrote the state."""
     if verdict.error:
-        return Judged(verdict, math.nan, None)
-    limit = tolerance(verdict.oracle, verdict.forward)
-    equal = verdict.conv_rel_l2 <= limit and verdict.temporal_rel_l2 <= limit  # NaN is not equal
-    return Judged(verdict, limit, equal)
+        return Judged(verdict, {}, None)
+    equal = beyond(verdict.oracle, verdict.forward, verdict.conv_rel_l2, verdict.temporal_rel_l2) is None  # NaN is not equal
+    return Judged(verdict, tolerances(verdict.oracle, verdict.forward), equal)
 
 
 def verify_nodes(

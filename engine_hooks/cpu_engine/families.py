@@ -56,8 +56,6 @@ QWEN3_5 = ModelFamily(
 
 FAMILIES: dict[str, ModelFamily] = {family.name: family for family in (QWEN3_NEXT, NEMOTRON_H, QWEN3_5)}
 DEFAULT_FAMILY = QWEN3_NEXT.name
-GDN_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.mixer == QWEN3_NEXT.mixer)
-MAMBA2_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.mixer == NEMOTRON_H.mixer)
 
 
 class UnknownFamily(ValueError):

@@ -33,7 +33,7 @@ class TinyNemotronHSpec(TinySpec):
     chunk_size: int = 64
     """sglang's mamba_chunk_size: the grid of the chunked scan and of extra_buffer's checkpoints."""
     max_position_embeddings: int = 4096
-    state_decay: float = 0.999
+    state_decay: float = 0.9995
     """Per-token decay of the SSM state (state_memory.py)."""
     seed: int = 0
 

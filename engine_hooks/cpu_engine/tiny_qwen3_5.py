@@ -30,7 +30,7 @@ class TinyQwen35Spec(TinySpec):
     linear_value_head_dim: int = 16
     linear_conv_kernel_dim: int = 4
     max_position_embeddings: int = 4096
-    state_decay: float = 0.999
+    state_decay: float = 0.9995
     """Per-token decay of the recurrent state (state_memory.py)."""
     write_strength: float = 0.01
     """The delta rule's beta: the share of the state each token overwrites along its key."""

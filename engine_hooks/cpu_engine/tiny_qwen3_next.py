@@ -33,7 +33,7 @@ class TinyQwen3NextSpec(TinySpec):
     moe_intermediate_size: int = 32
     shared_expert_intermediate_size: int = 32
     max_position_embeddings: int = 4096
-    state_decay: float = 0.999
+    state_decay: float = 0.9995
     """Per-token decay of the recurrent state (state_memory.py)."""
     write_strength: float = 0.01
     """The delta rule's beta: the share of the state each token overwrites along its key."""

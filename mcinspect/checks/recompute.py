@@ -23,27 +23,49 @@ from .violation import Violation, name_node
 
 RECOMPUTE = "T2-recompute"
 
-TOLERANCE_REL_L2 = {"engine": 0.01, "engine-decoded": 0.1, "transformers": 0.03}
-"""Largest relative L2 distance (either component) still read as the same state, by oracle and,
+COMPONENTS = ("conv", "temporal")
+TOLERANCE_REL_L2: dict[str, dict[str, float]] = {
+    "engine": {"conv": 0.01, "temporal": 0.01},
+    "engine-decoded": {"conv": 0.1, "temporal": 0.1},
+    "transformers": {"conv": 0.1, "temporal": 0.035},
+}
+"""Largest relative L2 distance of each component still read as the same state, by oracle and,
 for the engine oracle, by the forward that wrote the state. Calibrated with
 tests/bench/calibrate_t2.py (README, "T2 verification": clean max, faulty min, margin):
-- engine, a state a prefill wrote (tracked or final): clean states are bit-exact (0) where the
-  cached state is a prefill's final state and within 0.002 where it is an intermediate chunk
-  state (fp32 SSM state summed in another order); faulty states measure >= 1.
+- engine, a state a prefill wrote (tracked or final): the same kernels on both sides; clean
+  states are bit-exact where the cached state is a prefill's final state and within 0.002 where
+  it is an intermediate chunk state (fp32 SSM state summed in another order).
 - engine-decoded, a state decode steps wrote (no_buffer's finished working slot, a decode-tracked
   checkpoint, a working state after decoding): the token-by-token recurrence against the
-  reference's chunked prefill, and bf16 conv inputs from decode-shaped batches, reach 0.025.
-- transformers: two implementations of a bf16 model (tests/bench/calibrate_t2.py --oracle
-  transformers, per family: see its output in the README)."""
+  reference's chunked prefill, and bf16 conv inputs from decode-shaped batches.
+- transformers: two implementations of a bf16 model; a conv window holds the last kernel - 1
+  inputs rounded to bf16, where one flipped expert of Qwen3-Next's MoE changes a whole input,
+  so it is allowed more (a fault shows in the temporal state, which holds the whole prefix)."""
 
 
-def tolerance(oracle: str, forward: str = "") -> float:
-    """The tolerance of `oracle` for a state written by `forward` ("extend", "decode", "finish",
-    or "" when not known: the looser engine bound). Oracle "" is a recording from before oracles
-    were named: transformers."""
+def tolerances(oracle: str, forward: str = "") -> dict[str, float]:
+    """The tolerance per component of `oracle` for a state written by `forward` ("extend",
+    "decode", "finish", or "" when not known: the looser engine bound). Oracle "" is a recording
+    from before oracles were named: transformers."""
     if oracle == "engine":
         return TOLERANCE_REL_L2["engine" if forward == "extend" else "engine-decoded"]
     return TOLERANCE_REL_L2["transformers"]
+
+
+def beyond(oracle: str, forward: str, conv: float, temporal: float) -> tuple[str, float, float] | None:
+    """The component farthest beyond its tolerance (NaN first; -1 is not measured) with its
+    distance and tolerance; None when every measured component is within."""
+    limits = tolerances(oracle, forward)
+    pairs = [(name, value, limits[name]) for name, value in zip(COMPONENTS, (conv, temporal)) if value != -1.0]
+    over = [pair for pair in pairs if math.isnan(pair[1]) or pair[1] > pair[2]]
+    if not over:
+        return None
+    return max(over, key=lambda pair: math.inf if math.isnan(pair[1]) else pair[1] / pair[2])
+
+
+def tolerance_text(oracle: str, forward: str = "") -> str:
+    """"conv 0.1, temporal 0.035": the tolerances, for a report."""
+    return ", ".join(f"{name} {limit:g}" for name, limit in tolerances(oracle, forward).items())
 
 
 def check_recompute(view: StepView) -> list[Violation]:
@@ -53,38 +75,40 @@ def check_recompute(view: StepView) -> list[Violation]:
     owners = view.tree_owners
     out: list[Violation] = []
     for slot, now in view.state.contents.items():
-        worst = worst_component(now)
-        if worst is None or previous.get(slot) == now:
+        if not is_verified(now) or previous.get(slot) == now:
             continue  # not verified, or reported when first seen
-        limit = tolerance(now.recompute_oracle, now.origin.forward if now.origin is not None else "")
-        if math.isnan(worst[1]) or worst[1] > limit:
-            node = now.recompute_node if now.recompute_node >= 0 else owners.get(slot)
-            holder = name_node(node) if node is not None else "a tree node"
-            oracle = now.recompute_oracle or "transformers"
-            out.append(
-                Violation(
-                    check=RECOMPUTE,
-                    step=view.step,
-                    nodes=(node,) if node is not None and node >= 0 else (),
-                    slots=(slot,),
-                    rids=(now.origin.rid,) if now.origin is not None and now.origin.rid else (),
-                    reason=f"slot {slot} cached at {holder} differs from its prefix recomputed by the {oracle} "
-                    f"oracle: {worst[0]} relative L2 {worst[1]:.3g} > {limit:g}{written_by(now.origin)}",
-                )
+        excess = beyond(now.recompute_oracle, forward_of(now), now.recompute_conv_rel_l2, now.recompute_temporal_rel_l2)
+        if excess is None:
+            continue
+        component, distance, limit = excess
+        node = now.recompute_node if now.recompute_node >= 0 else owners.get(slot)
+        holder = name_node(node) if node is not None else "a tree node"
+        oracle = now.recompute_oracle or "transformers"
+        out.append(
+            Violation(
+                check=RECOMPUTE,
+                step=view.step,
+                nodes=(node,) if node is not None and node >= 0 else (),
+                slots=(slot,),
+                rids=(now.origin.rid,) if now.origin is not None and now.origin.rid else (),
+                reason=f"slot {slot} cached at {holder} differs from its prefix recomputed by the {oracle} "
+                f"oracle: {component} relative L2 {distance:.3g} > {limit:g}{written_by(now.origin)}",
             )
+        )
     return out
 
 
-def worst_component(content: SlotContent) -> tuple[str, float] | None:
-    """The component farthest from the recompute (NaN first); None when not verified."""
-    pairs = [("conv", content.recompute_conv_rel_l2), ("temporal", content.recompute_temporal_rel_l2)]
-    measured = [(name, value) for name, value in pairs if value != -1.0]
-    if not measured:
-        return None
-    return max(measured, key=lambda pair: math.inf if math.isnan(pair[1]) else pair[1])
+def is_verified(content: SlotContent) -> bool:
+    return content.recompute_conv_rel_l2 != -1.0 or content.recompute_temporal_rel_l2 != -1.0
+
+
+def forward_of(content: SlotContent) -> str:
+    """The forward that wrote the slot's state, "" when not known."""
+    return content.origin.forward if content.origin is not None else ""
 
 
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
 
 
 def written_by(origin: BatchOrigin | None) -> str:

@@ -34,7 +34,7 @@ from .depth import DEPTH, check_depth
 from .history import StepView
 from .kv import KV, check_kv
 from .provenance import COW, PLAN_SAFETY, PROVENANCE, check_cow, check_plan_safety, check_provenance
-from .recompute import RECOMPUTE, TOLERANCE_REL_L2, check_recompute
+from .recompute import RECOMPUTE, tolerance_text, check_recompute
 from .working_state import WORKING, check_working_state
 from .writes import COW_RAN, WRITE_RAN, WRITE_TARGET, check_cow_ran, check_write_ran, check_write_target
 from .slots import PARTITION, REQUEST_SLOTS, check_partition, check_request_slots
@@ -209,9 +209,9 @@ CHECKS: dict[str, CheckSpec] = {
             targets=("#37836", "#31833", "#33450", "#30862", "#29368", "#24221", "#29973", "#32555"),
             needs=("fingerprints",),
             checked="each verified tree slot: conv (every conv tensor) and temporal state within relative L2 of "
-            f"the oracle's tolerance (engine {TOLERANCE_REL_L2['engine']:g} for a state a prefill wrote, "
-            f"{TOLERANCE_REL_L2['engine-decoded']:g} for one decode steps wrote; transformers "
-            f"{TOLERANCE_REL_L2['transformers']:g}) of the owning node's prefix recomputed alone: by the engine's "
+            f"the oracle's tolerance (engine: {tolerance_text('engine', 'extend')} for a state a prefill wrote, "
+            f"{tolerance_text('engine', 'decode')} for one decode steps wrote; transformers: "
+            f"{tolerance_text('transformers')}) of the owning node's prefix recomputed alone: by the engine's "
             "own forward pass (any model, device, TP shard; MCINSPECT_VERIFY=engine) or transformers' "
             "implementation of the embedded engine's tiny model; the violation names the forward that wrote "
             "the state (request, batch size, its position, extend lengths)",

@@ -9,11 +9,10 @@ and computed suffix) prefilled alone (`WorkingStateEvent`, engine_hooks/verifier
 
 from __future__ import annotations
 
-import math
 
 from ..schema import WorkingStateEvent
 from .history import StepView
-from .recompute import tolerance
+from .recompute import beyond
 from .violation import Violation
 
 WORKING = "T2-working-state"
@@ -25,9 +24,9 @@ def check_working_state(view: StepView) -> list[Violation]:
     for event in view.events:
         if not isinstance(event, WorkingStateEvent):
             continue
-        limit = tolerance(event.oracle, event.forward)
-        worst = max((("conv", event.conv_rel_l2), ("temporal", event.temporal_rel_l2)), key=_severity)
-        if math.isnan(worst[1]) or worst[1] > limit:
+        excess = beyond(event.oracle, event.forward, event.conv_rel_l2, event.temporal_rel_l2)
+        if excess is not None:
+            component, distance, limit = excess
             hit = f"after a {event.prefix_len}-token prefix hit" if event.prefix_len > 0 else "with no prefix hit"
             out.append(
                 Violation(
@@ -36,11 +35,8 @@ def check_working_state(view: StepView) -> list[Violation]:
                     slots=(event.slot,),
                     rids=(event.rid,),
                     reason=f"request {event.rid}'s working slot {event.slot} ({hit}) differs from its {event.seqlen} "
-                    f"tokens recomputed by the {event.oracle} oracle: {worst[0]} relative L2 {worst[1]:.3g} > {limit:g}",
+                    f"tokens recomputed by the {event.oracle} oracle: {component} relative L2 {distance:.3g} > {limit:g}",
                 )
             )
     return out
 
-
-def _severity(pair: tuple[str, float]) -> float:
-    return math.inf if math.isnan(pair[1]) else pair[1]

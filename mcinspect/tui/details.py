@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rich.text import Text
 
-from ..checks.recompute import tolerance, worst_component
+from ..checks.recompute import beyond, forward_of, is_verified, tolerance_text
 from ..schema import NodeId, Rid, SlotClaim, SlotContent, SlotId
 from .findings import Findings, SlotChange
 from .model import FrameView, PageId
@@ -99,15 +99,13 @@ def node_details(view: FrameView, node_id: NodeId, verdicts: list[Judged] = ()) 
 
 def _recompute(text: Text, content: SlotContent) -> None:
     """The engine's automatic T2 result for the slot's state, where it has one."""
-    worst = worst_component(content)
-    if worst is None:
+    if not is_verified(content):
         return
     oracle = content.recompute_oracle or "transformers"
-    limit = tolerance(oracle, content.origin.forward if content.origin is not None else "")
-    equal = worst[1] <= limit
+    equal = beyond(oracle, forward_of(content), content.recompute_conv_rel_l2, content.recompute_temporal_rel_l2) is None
     text.append("\nT2 ", style=_KEY)
     text.append("equal" if equal else "MISMATCH", style="green" if equal else "bold red")
-    text.append(f"  {oracle} oracle at step {content.step}: conv {content.recompute_conv_rel_l2:.3g}, temporal {content.recompute_temporal_rel_l2:.3g} (tolerance {limit:g})")
+    text.append(f"  {oracle} oracle at step {content.step}: conv {content.recompute_conv_rel_l2:.3g}, temporal {content.recompute_temporal_rel_l2:.3g} (tolerance {tolerance_text(oracle, forward_of(content))})")
 
 
 def _verdict(text: Text, judged: Judged) -> None:
@@ -118,7 +116,7 @@ def _verdict(text: Text, judged: Judged) -> None:
         text.append(f"not verified: {v.error}", style="yellow")
         return
     text.append("equal" if judged.equal else "MISMATCH", style="green" if judged.equal else "bold red")
-    text.append(f"  {v.oracle} oracle, {v.tokens} tokens: conv {v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g} (tolerance {judged.tolerance:g})")
+    text.append(f"  {v.oracle} oracle, {v.tokens} tokens: conv {v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g} (tolerance {tolerance_text(v.oracle, v.forward)})")
 
 
 def slot_details(view: FrameView, slot: SlotId, history: list[SlotChange]) -> Text:

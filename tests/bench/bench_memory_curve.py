@@ -18,9 +18,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
 from memory_curve import CHECKPOINTS, PERTURBATIONS, memory_curve  # noqa: E402  (tests/support)
 
-from mcinspect.checks.recompute import tolerance  # noqa: E402
+from mcinspect.checks.recompute import tolerances  # noqa: E402
 
-TOLERANCE = tolerance("engine", "extend")
+TOLERANCE = tolerances("engine", "extend")["temporal"]
 """The tightest T2 tolerance: the engine oracle's for a state a prefill wrote."""
 from mcinspect_engine_hooks.cpu_engine.families import FAMILIES  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.oracle import RecomputeOracle  # noqa: E402

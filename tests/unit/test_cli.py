@@ -92,3 +92,32 @@ def test_a_bad_hooks_setting_is_refused_before_start(monkeypatch: pytest.MonkeyP
     assert result.exit_code == 2
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("error:") and "MCINSPECT_LIVE_BUDGET='2'" in last
+
+
+def test_demo_summary_names_the_family_and_its_state_layout(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from mcinspect import cli_output
+    from mcinspect.cli_output import print_summary
+    from mcinspect.demo import DemoSummary
+    from mcinspect.schema import SCHEMA_VERSION, EngineInfo
+
+    monkeypatch.setattr(cli_output, "stdout", Console(width=250))  # one table row a line
+    without_hooks = DemoSummary("extra_buffer", 16, True, 0, 1.0, model="nemotron-h")
+    print_summary(without_hooks)
+    out = capsys.readouterr().out
+    assert "nemotron-h" in out and "mamba2: conv x | B | C (channels x kernel-1), temporal [heads, head dim, state dim]" in out
+    info = EngineInfo(
+        schema_version=SCHEMA_VERSION, sglang_version="0.5.23", model_path="/m/tiny-nemotron-h", strategy="extra_buffer",
+        page_size=16, overlap=True, tree_core="python", full_tree_detail=True, mamba_pool_size=32, kv_pool_tokens=3072,
+        tp_rank=0, dp_rank=0, pid=1, request_port=7777, stream_port=7778, model_family="nemotron-h",
+        state_layout="mamba2: conv x | B | C (channels x kernel-1), temporal [heads, head dim, state dim]",
+        conv_shapes=((2, 128, 3),), conv_dtypes=("bfloat16",), temporal_shape=(2, 4, 16, 16), temporal_dtype="float32",
+        state_bytes_per_slot=9728,
+    )  # fmt: skip
+    print_summary(replace(without_hooks, engine=info))
+    out = capsys.readouterr().out
+    assert "/m/tiny-nemotron-h" in out
+    assert "conv [2, 128, 3] bfloat16; temporal [2, 4, 16, 16] float32; 9,728 bytes" in out

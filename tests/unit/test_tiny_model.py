@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from memory_curve import memory_curve
 
-from mcinspect.checks.recompute import tolerance
+from mcinspect.checks.recompute import tolerances
 
-TOLERANCE = tolerance("engine", "extend")
-"""The tightest T2 tolerance: the engine oracle's for a state a prefill wrote."""
 from mcinspect_engine_hooks.cpu_engine.families import FAMILIES, get_family
 from mcinspect_engine_hooks.cpu_engine.oracle import RecomputeOracle
 from mcinspect_engine_hooks.cpu_engine.tiny_model import TINY_SPECS, TinyQwen3NextSpec, ensure_tiny_model, write_tiny_model
+
+TOLERANCE = tolerances("engine", "extend")["temporal"]
+"""The tightest T2 tolerance: the engine oracle's for a state a prefill wrote."""
 
 
 def _digest(path: Path) -> str:

@@ -26,7 +26,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 import cpu_cache  # noqa: E402
 from cache_driver import Driver  # noqa: E402
-from mcinspect.checks.recompute import tolerance  # noqa: E402
+from mcinspect.checks.recompute import tolerances  # noqa: E402
 from mcinspect.schema import NodeId, SlotContent, SlotId, Step  # noqa: E402
 from mcinspect_engine_hooks import extensions  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
@@ -129,7 +129,7 @@ def test_a_wrong_state_is_measured_beyond_the_tolerance(engine: SimpleNamespace,
     engine.req_to_token_pool.mamba_pool.mamba_cache.temporal[:, slot] = 1.0  # not the prefix's state
     engine.verifier.on_turn(Step(1), idle=False)
     record = engine.verifier.after_capture({}, [], tree_slots(engine))[0][slot]
-    assert record.recompute_temporal_rel_l2 > 1e6 * tolerance("transformers")  # against a zero reference
+    assert record.recompute_temporal_rel_l2 > 1e6 * tolerances("transformers")["temporal"]  # against a zero reference
     assert engine.verifier.stats().mismatches == 1
 
 
