@@ -146,7 +146,6 @@ class PythonTreeView:
             )
         return out
 
-
     def slot_of(self, node_id: int) -> int | None:
         """The mamba slot node `node_id` holds now; None when it is gone or holds none."""
         node = self.core._node_arena.get(node_id)
@@ -214,7 +213,7 @@ class RustTreeView:
         """The mamba slot node `node_id` holds now (the binding resolves any live id)."""
         try:
             value = self.core.get_component_device_value(node_id, MAMBA)
-        except Exception:  # an id the binding no longer knows (evicted)
+        except Exception:  # noqa: BLE001  an id the binding no longer knows (evicted)
             return None
         return int(value.reshape(-1)[0]) if value is not None and value.numel() else None
 

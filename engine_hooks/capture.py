@@ -52,6 +52,7 @@ from typing import Any
 import torch
 
 from mcinspect.schema import (
+    SCHEMA_VERSION,
     CacheState,
     Counters,
     Delta,
@@ -61,7 +62,6 @@ from mcinspect.schema import (
     NodeRecord,
     RequestRecord,
     Rid,
-    SCHEMA_VERSION,
     Seq,
     SlotClaim,
     SlotId,
@@ -204,9 +204,7 @@ class Capture:
         self._admission = set(self.sink.admission_slots())
         self._free = free = self._read_free()
         in_tree = set(self._tree_flat.tolist())
-        self._slots = {
-            SlotId(slot): self._claims(slot, slot in free, slot in in_tree) for slot in range(1, self.size + 1)
-        }
+        self._slots = {SlotId(slot): self._claims(slot, slot in free, slot in in_tree) for slot in range(1, self.size + 1)}
         self._kv = self._kv_reader.read()
         self._step = step
         return self.state

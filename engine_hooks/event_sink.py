@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcinspect.schema import EvictEvent, Event, NodeId, SlotId, Step
+from mcinspect.schema import Event, EvictEvent, NodeId, SlotId, Step
 
 from .tensor_runs import IndexValue, ints_of_many
 

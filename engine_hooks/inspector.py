@@ -72,9 +72,7 @@ last capture (a flood of requests costs the scheduler at most 4 captures a secon
 class Inspector:
     """One per scheduler process; built in the AFTER hook of `Scheduler.__init__`."""
 
-    def __init__(
-        self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink, state_log: StateLog
-    ) -> None:
+    def __init__(self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink, state_log: StateLog) -> None:
         from sglang.srt.runtime_context import get_parallel
 
         parallel = get_parallel()
@@ -108,9 +106,7 @@ class Inspector:
         keys = self._keys(config)
         self.publisher = Publisher(config.host, self.port + 1, keys=keys)
         info = msgspec.structs.replace(
-            engine_info(
-                scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank
-            ),
+            engine_info(scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank),
             verify=config.verify,
             verify_share=config.verify_share,
             verify_rate=config.verify_rate,
@@ -254,9 +250,7 @@ class Inspector:
             self._caught_up_at = now
             with self._fresh:
                 self._wanted.set()
-                self._fresh.wait_for(
-                    lambda: self._captured_step >= target and not self.verifier.has_news(), timeout=SNAPSHOT_WAIT_S
-                )
+                self._fresh.wait_for(lambda: self._captured_step >= target and not self.verifier.has_news(), timeout=SNAPSHOT_WAIT_S)
         last = self._last_snapshot
         if last is not None and last.seq == self._seq:
             return last

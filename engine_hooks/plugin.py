@@ -67,7 +67,10 @@ def _start(config: HooksConfig, sink: Any, state_log: Any) -> Any:
         inspector = Inspector(scheduler, config, errors, sink, state_log)
         logger.warning(
             "mcinspect: scheduler pid %d on %s, requests :%d, stream :%d",
-            os.getpid(), config.host, inspector.port, inspector.publisher.port,
+            os.getpid(),
+            config.host,
+            inspector.port,
+            inspector.publisher.port,
         )
 
     return after_scheduler_init

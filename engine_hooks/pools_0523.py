@@ -112,9 +112,7 @@ class RequestReader:
         for listed in claims.values():
             listed.sort(key=_claim_order)
         kv_runs = self._kv_runs(held)
-        records = {
-            rid: _record(rid, h, slots[rid], kv_runs[rid]) for rid, h in held.items()
-        }
+        records = {rid: _record(rid, h, slots[rid], kv_runs[rid]) for rid, h in held.items()}
         return records, claims
 
     def _mirrors(self, kv: Any) -> list[Any]:

@@ -161,9 +161,7 @@ class ReferencePrefill:
         from sglang.srt.managers.schedule_batch import ScheduleBatch
 
         s = self.scheduler
-        batch = ScheduleBatch.init_new(
-            [req], self.pool, self.allocator, self._tree, s.model_config, False, s.spec_algorithm
-        )
+        batch = ScheduleBatch.init_new([req], self.pool, self.allocator, self._tree, s.model_config, False, s.spec_algorithm)
         batch.prepare_for_extend()
         if getattr(batch, "mamba_prefill_track_mask_cpu", None) is not None:  # extra_buffer: no track write
             batch.mamba_prefill_track_mask_cpu = [False] * len(batch.reqs)

@@ -92,7 +92,12 @@ class StateLog:
             kv = req.kv
             if tracked and not req.rid.startswith(RID_PREFIX):
                 self.paths["prefill checkpoint"] += 1
-            if tracked and not req.rid.startswith(RID_PREFIX) and kv.mamba_ping_pong_track_buffer is not None and kv.mamba_last_track_idx is not None:
+            if (
+                tracked
+                and not req.rid.startswith(RID_PREFIX)
+                and kv.mamba_ping_pong_track_buffer is not None
+                and kv.mamba_last_track_idx is not None
+            ):
                 slot = kv.mamba_ping_pong_track_buffer[kv.mamba_last_track_idx].clone()
                 seqlen = -1 if kv.mamba_last_track_seqlen is None else int(kv.mamba_last_track_seqlen)
                 self._plans.append(_Plan(slot, Rid(req.rid), "extend", len(batch.reqs), i, lens, seqlen))
@@ -142,7 +147,13 @@ class StateLog:
         for plan, slot in zip(plans, ints[: len(plans)]):
             if slot:
                 origin = BatchOrigin(
-                    plan.rid, step, plan.forward, plan.batch_size, plan.position, plan.extend_lens, plan.seqlen  # type: ignore[arg-type]
+                    plan.rid,
+                    step,
+                    plan.forward,
+                    plan.batch_size,
+                    plan.position,
+                    plan.extend_lens,
+                    plan.seqlen,  # type: ignore[arg-type]
                 )
                 self._remember((plan.rid, slot[0]), origin)
         out = []

@@ -38,6 +38,7 @@ from typing import Any
 import msgspec
 import torch
 
+from mcinspect.checks.recompute import beyond
 from mcinspect.schema import (
     SCHEMA_VERSION,
     NodeId,
@@ -50,7 +51,6 @@ from mcinspect.schema import (
     VerifyStatus,
     WorkingStateEvent,
 )
-from mcinspect.checks.recompute import beyond
 from mcinspect_kernels.fingerprint import fingerprint_slots
 
 from . import extensions
@@ -454,7 +454,9 @@ class Verifier:
                 path = self.path_tokens(node)
                 tokens = array("i", path) if path else None
             if tokens is None:
-                errors.append(_error(node, slot, "no prefix tokens: inserted before the hooks recorded them, and the Rust tree core hides keys"))
+                errors.append(
+                    _error(node, slot, "no prefix tokens: inserted before the hooks recorded them, and the Rust tree core hides keys")
+                )
                 continue
             origin = known.origin if known is not None and known.slot == slot else None
             todo.append(CachedState(SlotId(slot), node, tokens, Step(0), known.rid if known else Rid(""), origin))
@@ -470,7 +472,7 @@ class Verifier:
             for oracle in self.oracles():
                 try:
                     distances = oracle.distances(state.slot, state.tokens)
-                except Exception as exc:  # a request's answer, not the engine's problem
+                except Exception as exc:  # noqa: BLE001  a request's answer, not the engine's problem
                     verdicts.append(_error(state.node, state.slot, f"{oracle.name} oracle: {exc}"))
                     continue
                 self._count(seconds=distances.seconds, tokens=distances.tokens)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from mcinspect.schema import Rid, TrackWriteEvent
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
@@ -89,7 +88,9 @@ class WriteHooks:
 
     # --- what the forward ran ---
 
-    def extend_tracked(self, backend: Any, forward_batch: Any, h: Any, ssm_states: Any, forward_metadata: Any, /, *args: Any, **kwargs: Any) -> None:
+    def extend_tracked(
+        self, backend: Any, forward_batch: Any, h: Any, ssm_states: Any, forward_metadata: Any, /, *args: Any, **kwargs: Any
+    ) -> None:
         """Before _track_mamba_state_extend: the copy writes `track_ssm_*_dst`."""
         if forward_batch is self._last:
             return
@@ -97,7 +98,11 @@ class WriteHooks:
         rows = self._batch_rows(forward_batch)
         if rows is None:
             return
-        dst = [t for t in (forward_metadata.track_ssm_h_dst, forward_metadata.track_ssm_final_dst, forward_metadata.track_ssm_recompute_dst) if t is not None and t.numel()]
+        dst = [
+            t
+            for t in (forward_metadata.track_ssm_h_dst, forward_metadata.track_ssm_final_dst, forward_metadata.track_ssm_recompute_dst)
+            if t is not None and t.numel()
+        ]
         mask = forward_batch.mamba_prefill_track_mask_cpu
         self._emit(forward_batch, rows, DeferredValues([forward_batch.mamba_track_mask], cast=bool) if mask is None else list(mask), dst)
 

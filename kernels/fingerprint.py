@@ -306,8 +306,7 @@ def _salts(layout: tuple[tuple[int, int], ...], first_layer: int, layers: int, d
     for the same block every step. Read-only (shared between calls)."""
     layer = torch.arange(first_layer, first_layer + layers, dtype=torch.int64, device=device)[:, None]
     parts = [
-        (layer * width + torch.arange(width, dtype=torch.int64, device=device) + (offset + 1)) * _signed(SALT)
-        for offset, width in layout
+        (layer * width + torch.arange(width, dtype=torch.int64, device=device) + (offset + 1)) * _signed(SALT) for offset, width in layout
     ]
     return torch.cat(parts, 1)
 

@@ -125,9 +125,7 @@ def _distance(a_pool: list[Tensor], a: Tensor, b_pool: list[Tensor], b: Tensor, 
     """Element a[i] of every tensor in a_pool against element b[i] of its b_pool counterpart."""
     sums = (_sums_triton if use_triton(a_pool[-1], backend) else _sums_torch)(a_pool, a, b_pool, b)
     rel_l2 = sums.sum_dd.sqrt() / sums.sum_bb.sqrt().clamp(min=eps)
-    return StateDistance(
-        torch.where(sums.nan, float("nan"), sums.max_abs), torch.where(sums.nan, float("nan"), rel_l2).float()
-    )
+    return StateDistance(torch.where(sums.nan, float("nan"), sums.max_abs), torch.where(sums.nan, float("nan"), rel_l2).float())
 
 
 def _sums_torch(a_pool: list[Tensor], a: Tensor, b_pool: list[Tensor], b: Tensor) -> _Sums:

@@ -92,9 +92,7 @@ app = typer.Typer(
 )
 
 
-TokenOption = Annotated[
-    str, typer.Option(envvar="MCINSPECT_TOKEN", help="Token the engine requires off loopback.", show_default=False)
-]
+TokenOption = Annotated[str, typer.Option(envvar="MCINSPECT_TOKEN", help="Token the engine requires off loopback.", show_default=False)]
 TimeoutOption = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for each answer.")]
 EveryStepOption = Annotated[
     bool,
@@ -151,27 +149,55 @@ def main() -> None:
 
 @app.command()
 def demo(
-    model: Annotated[Model, typer.Option(help="The tiny model's family: qwen3-next and qwen3.5 (gated delta net) or nemotron-h (Mamba2).")] = Model.qwen3_next,
+    model: Annotated[
+        Model, typer.Option(help="The tiny model's family: qwen3-next and qwen3.5 (gated delta net) or nemotron-h (Mamba2).")
+    ] = Model.qwen3_next,
     strategy: Annotated[Strategy, typer.Option(help="--mamba-radix-cache-strategy of the engine.")] = Strategy.extra_buffer,
     page_size: Annotated[int, typer.Option(min=1, help="KV page size (no_buffer needs 1).")] = 16,
     seed: Annotated[int, typer.Option(help="Seeds the workload and the engine: same seed, same outputs.")] = 0,
     requests: Annotated[int, typer.Option(min=1, help="How many requests the workload sends.")] = 40,
     port: Annotated[int, typer.Option(help="Inspector port of the engine's hooks (scheduler rank 0).")] = 7777,
     overlap: Annotated[bool, typer.Option(help="Overlap scheduling (forced off for no_buffer, which refuses it).")] = True,
-    mixed_chunk: Annotated[bool, typer.Option(help="sglang's --enable-mixed-chunk: a prefill chunk and the running decodes share one forward.")] = False,
-    headless: Annotated[bool, typer.Option(help="No TUI: print progress and a summary (default: the TUI, attached to the engine).")] = False,
+    mixed_chunk: Annotated[
+        bool, typer.Option(help="sglang's --enable-mixed-chunk: a prefill chunk and the running decodes share one forward.")
+    ] = False,
+    headless: Annotated[
+        bool, typer.Option(help="No TUI: print progress and a summary (default: the TUI, attached to the engine).")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
-    tree_core: Annotated[TreeCore, typer.Option(help="sglang's tree core: python shows every node, rust (sglang's default) hides nodes off request paths.")] = TreeCore.python,
+    tree_core: Annotated[
+        TreeCore, typer.Option(help="sglang's tree core: python shows every node, rust (sglang's default) hides nodes off request paths.")
+    ] = TreeCore.python,
     fault: Annotated[Optional[str], typer.Option(help="Reproduce an upstream bug class in the engine (see `mcinspect faults`).")] = None,
-    verify: Annotated[Verify, typer.Option(help="Check T2: compare each cached state (and sampled running requests' working states) with its prefix recomputed alone, by the engine's own forward pass, by transformers' implementation of the tiny model, or both.")] = Verify.engine,
-    record: Annotated[Optional[str], typer.Option(help="Record the stream of the workload to this file (replay, check, render, diff it later).")] = None,
-    hooks: Annotated[bool, typer.Option(help="Load mcinspect's hooks in the engine (off: the engine runs untouched, for A/B runs).")] = True,
-    serve: Annotated[bool, typer.Option(help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal.")] = False,
-    self_check: Annotated[bool, typer.Option(help="Verify every captured step against a full re-read and sglang's counters (slow; for debugging mcinspect).")] = False,
+    verify: Annotated[
+        Verify,
+        typer.Option(
+            help="Check T2: compare each cached state (and sampled running requests' working states) with its prefix recomputed alone, by the engine's own forward pass, by transformers' implementation of the tiny model, or both."
+        ),
+    ] = Verify.engine,
+    record: Annotated[
+        Optional[str], typer.Option(help="Record the stream of the workload to this file (replay, check, render, diff it later).")
+    ] = None,
+    hooks: Annotated[
+        bool, typer.Option(help="Load mcinspect's hooks in the engine (off: the engine runs untouched, for A/B runs).")
+    ] = True,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal."
+        ),
+    ] = False,
+    self_check: Annotated[
+        bool, typer.Option(help="Verify every captured step against a full re-read and sglang's counters (slow; for debugging mcinspect).")
+    ] = False,
     engine_log_level: Annotated[str, typer.Option(help="sglang's log level (info shows every batch).")] = "error",
     every_step: Annotated[
         Optional[bool],
-        typer.Option("--every-step/--live", help="TUI: every scheduler step, or the live stream (default: every step with --fault, else live).", show_default=False),
+        typer.Option(
+            "--every-step/--live",
+            help="TUI: every scheduler step, or the live stream (default: every step with --fault, else live).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Run the real SGLang engine on the CPU with a tiny hybrid model and a cache workload.
@@ -233,10 +259,19 @@ def demo(
 
 @app.command()
 def snapshot(
-    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks; for --format tree also a snapshot file or a recording (its last step).")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="PORT or HOST:PORT of a scheduler process's hooks; for --format tree also a snapshot file or a recording (its last step)."
+        ),
+    ],
     output: Annotated[str, typer.Option("--output", "-o", help="File to write, '-' for stdout.")] = "-",
-    fmt: Annotated[str, typer.Option("--format", help="json: the whole snapshot; tree: the radix tree as text (colour on a terminal only).")] = "json",
-    max_nodes: Annotated[Optional[int], typer.Option(min=1, help="tree: node lines before the rest folds into counted '…' lines (default 200).")] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="json: the whole snapshot; tree: the radix tree as text (colour on a terminal only).")
+    ] = "json",
+    max_nodes: Annotated[
+        Optional[int], typer.Option(min=1, help="tree: node lines before the rest folds into counted '…' lines (default 200).")
+    ] = None,
     token: TokenOption = "",
     timeout: TimeoutOption = 10.0,
 ) -> None:
@@ -314,7 +349,9 @@ def render(
     source: Annotated[str, typer.Argument(help="A snapshot file, a recording (with --step), or PORT / HOST:PORT of a live engine.")],
     output: Annotated[str, typer.Option("--output", "-o", help="File to write ('-' for stdout).")],
     step: Annotated[Optional[int], typer.Option(help="Recording step to render (default: the last).")] = None,
-    fmt: Annotated[RenderFormat, typer.Option("--format", help="svg and png run Graphviz's dot; dot writes its source.")] = RenderFormat.svg,
+    fmt: Annotated[
+        RenderFormat, typer.Option("--format", help="svg and png run Graphviz's dot; dot writes its source.")
+    ] = RenderFormat.svg,
     focus: Annotated[Optional[str], typer.Option(help="A node id or request id: render its path and neighbourhood.")] = None,
     max_nodes: Annotated[int, typer.Option(min=10, help="Fold the rest (chains, unlocked stateless subtrees) into summary nodes.")] = 500,
     token: TokenOption = "",
@@ -351,7 +388,9 @@ def record(
     for signum in STOPPED:
         signal.signal(signum, lambda signum, frame: (stopped_by.append(signum), stop.set()))
     result = record_stream(where, output, token=token, steps=steps, stop=stop)
-    stderr.print(f"wrote {output}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs", highlight=False)
+    stderr.print(
+        f"wrote {output}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs", highlight=False
+    )
     if stopped_by:
         _stopped(stopped_by[0])
 
@@ -408,7 +447,13 @@ def check(
     source: Annotated[str, typer.Argument(help="A snapshot file, a recording, or PORT / HOST:PORT of a live engine.")],
     checks: Annotated[Optional[list[str]], typer.Option("--checks", help="Run only these checks (repeat; see `mcinspect checks`).")] = None,
     steps: Annotated[Optional[int], typer.Option(min=1, help="Live: stop after this many steps (default: until Ctrl-C).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per group of violations with one cause (check, first_step, last_step, repeats, what it touched).")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per group of violations with one cause (check, first_step, last_step, repeats, what it touched).",
+        ),
+    ] = False,
     ungrouped: Annotated[bool, typer.Option("--ungrouped", help="With --json: one object per violation, as found.")] = False,
     token: TokenOption = "",
 ) -> None:

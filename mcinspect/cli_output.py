@@ -48,8 +48,7 @@ def progress(config: EmbeddedEngineConfig, total: int) -> Iterator[tuple[Callabl
     overlap = "on" if config.effective_overlap else "off"
     stderr.print(
         f"mcinspect demo: {config.model}, {config.strategy}, page {config.page_size}, overlap {overlap}, seed {config.seed}, "
-        f"{total} requests; "
-        + (f"inspector on 127.0.0.1:{config.inspector_port}" if config.inspector_port is not None else "hooks off"),
+        f"{total} requests; " + (f"inspector on 127.0.0.1:{config.inspector_port}" if config.inspector_port is not None else "hooks off"),
         highlight=False,
     )
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -131,10 +130,14 @@ def print_verdicts(judged: list[Judged], json_out: bool) -> None:
     for j in judged:
         v = j.verdict
         if j.equal is None:
-            table.add_row(str(v.node), str(v.slot) if v.slot >= 0 else "-", "-", v.oracle or "-", "-", "-", "-", f"[red]not verified: {v.error}[/]")
+            table.add_row(
+                str(v.node), str(v.slot) if v.slot >= 0 else "-", "-", v.oracle or "-", "-", "-", "-", f"[red]not verified: {v.error}[/]"
+            )
             continue
         verdict = "[green]equal[/]" if j.equal else "[bold red]MISMATCH[/]"
-        table.add_row(str(v.node), str(v.slot), str(v.tokens), v.oracle, f"{v.conv_rel_l2:.3g}", f"{v.temporal_rel_l2:.3g}", _limits(j), verdict)
+        table.add_row(
+            str(v.node), str(v.slot), str(v.tokens), v.oracle, f"{v.conv_rel_l2:.3g}", f"{v.temporal_rel_l2:.3g}", _limits(j), verdict
+        )
     stdout.print(table)
 
 
@@ -208,9 +211,17 @@ def print_ranks(ranks: list[RankInfo]) -> None:
         info, stats = rank.info, rank.stats
         counters = stats.counters
         table.add_row(
-            str(info.tp_rank), str(info.dp_rank), str(info.pid), f"{info.request_port}/{info.stream_port}",
-            str(stats.step), str(counters.unobserved_steps), f"{stats.mamba_slots_in_use}/{stats.mamba_pool_size}", str(counters.published),
-            str(counters.dropped), str(stats.hook_errors), str(counters.rejected_requests),
+            str(info.tp_rank),
+            str(info.dp_rank),
+            str(info.pid),
+            f"{info.request_port}/{info.stream_port}",
+            str(stats.step),
+            str(counters.unobserved_steps),
+            f"{stats.mamba_slots_in_use}/{stats.mamba_pool_size}",
+            str(counters.published),
+            str(counters.dropped),
+            str(stats.hook_errors),
+            str(counters.rejected_requests),
         )
     stdout.print(table)
     for rank in ranks:
@@ -288,7 +299,9 @@ class ViolationReport:
         table = Table("steps", "seen", "check", "nodes", "slots", "requests", "reason", title=title, title_justify="left")
         table.columns[-1].overflow = "fold"  # wrapped, never cut
         for group in groups[:TABLE_GROUPS]:
-            table.add_row(_steps(group), f"{group.repeats}x", group.check, _ids(group.nodes), _ids(group.slots), _ids(group.rids), group.reason)
+            table.add_row(
+                _steps(group), f"{group.repeats}x", group.check, _ids(group.nodes), _ids(group.slots), _ids(group.rids), group.reason
+            )
         stdout.print(table)
         if len(groups) > TABLE_GROUPS:
             stderr.print(f"{len(groups) - TABLE_GROUPS:,} more groups not shown: --json, or a pipe, lists them all", highlight=False)

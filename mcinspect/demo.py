@@ -39,6 +39,8 @@ class DemoSummary:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+    requested_tokens: int = 0
+    """Tokens the requests asked for (max_new_tokens, EOS ignored): all of them are generated."""
     requests_with_hits: int = 0
     cached_by_kind: dict[str, int] = field(default_factory=dict)
     output_digest: str = ""
@@ -216,9 +218,7 @@ def _drive(
             return
         outputs = engine.generate(
             input_ids=[spec.input_ids for spec in wave],
-            sampling_params=[
-                {"max_new_tokens": spec.max_new_tokens, "temperature": 0.0, "ignore_eos": True} for spec in wave
-            ],
+            sampling_params=[{"max_new_tokens": spec.max_new_tokens, "temperature": 0.0, "ignore_eos": True} for spec in wave],
         )
         output_ids = [list(out["output_ids"]) for out in outputs]
         workload.record(wave, output_ids)
@@ -229,6 +229,7 @@ def _drive(
             summary.requests_with_hits += cached > 0
             summary.cached_by_kind[spec.kind] = summary.cached_by_kind.get(spec.kind, 0) + cached
             summary.generated_tokens += len(ids)
+            summary.requested_tokens += spec.max_new_tokens
             digest.update(repr(ids).encode())
         summary.requests += len(wave)
         summary.waves += 1

@@ -91,10 +91,19 @@ class StateDiff(msgspec.Struct, frozen=True):
 
     @property
     def empty(self) -> bool:
-        return not any((
-            self.nodes_added, self.nodes_evicted, self.nodes_split, self.nodes_tombstoned, self.slot_owner_changes,
-            self.fingerprint_changes, self.lock_changes, self.requests_added, self.requests_removed,
-        ))
+        return not any(
+            (
+                self.nodes_added,
+                self.nodes_evicted,
+                self.nodes_split,
+                self.nodes_tombstoned,
+                self.slot_owner_changes,
+                self.fingerprint_changes,
+                self.lock_changes,
+                self.requests_added,
+                self.requests_removed,
+            )
+        )
 
 
 def diff_states(a: CacheState, b: CacheState) -> StateDiff:
@@ -125,10 +134,15 @@ def diff_states(a: CacheState, b: CacheState) -> StateDiff:
         old_print = old_content.fingerprint if old_content is not None else None
         new_print = new_content.fingerprint if new_content is not None else None
         if old_print != new_print:
-            prints.append(FingerprintChange(
-                slot, old_print, new_print,
-                old_content.step if old_content is not None else None, new_content.step if new_content is not None else None,
-            ))
+            prints.append(
+                FingerprintChange(
+                    slot,
+                    old_print,
+                    new_print,
+                    old_content.step if old_content is not None else None,
+                    new_content.step if new_content is not None else None,
+                )
+            )
     return StateDiff(
         from_step=a.step,
         to_step=b.step,
@@ -175,20 +189,19 @@ def format_diff(diff: StateDiff) -> str:
 
     section("nodes added", _ids(diff.nodes_added), True)
     section("nodes evicted", _ids(diff.nodes_evicted), True)
-    section("nodes split", [
-        f"#{s.node}: key {s.old_key_len} -> {s.new_key_len}, parent #{s.old_parent} -> #{s.new_parent}" for s in diff.nodes_split
-    ], False)
+    section(
+        "nodes split",
+        [f"#{s.node}: key {s.old_key_len} -> {s.new_key_len}, parent #{s.old_parent} -> #{s.new_parent}" for s in diff.nodes_split],
+        False,
+    )
     section("nodes tombstoned", _ids(diff.nodes_tombstoned), True)
-    section("slot owners", [
-        f"slot {c.slot}: {_owners(c.before)} -> {_owners(c.after)}" for c in diff.slot_owner_changes
-    ], False)
-    section("fingerprints", [
-        f"slot {c.slot}: {_print(c.before)} -> {_print(c.after)}" for c in diff.fingerprint_changes
-    ], False)
-    section("locks", [
-        f"#{c.node}: full {c.full_lock[0]} -> {c.full_lock[1]}, mamba {c.mamba_lock[0]} -> {c.mamba_lock[1]}"
-        for c in diff.lock_changes
-    ], False)
+    section("slot owners", [f"slot {c.slot}: {_owners(c.before)} -> {_owners(c.after)}" for c in diff.slot_owner_changes], False)
+    section("fingerprints", [f"slot {c.slot}: {_print(c.before)} -> {_print(c.after)}" for c in diff.fingerprint_changes], False)
+    section(
+        "locks",
+        [f"#{c.node}: full {c.full_lock[0]} -> {c.full_lock[1]}, mamba {c.mamba_lock[0]} -> {c.mamba_lock[1]}" for c in diff.lock_changes],
+        False,
+    )
     section("requests added", list(diff.requests_added), True)
     section("requests removed", list(diff.requests_removed), True)
     return "\n".join(lines)

@@ -322,9 +322,7 @@ class RecordingReader:
     def _truncated(self, index: int, partial: int) -> None:
         self.truncated = True
         dropped = f", dropped a partial frame ({partial:,} bytes)" if partial else ""
-        self._warn(
-            f"{self.path} has no end mark (its writer crashed or is still running): read {index} whole frames{dropped}"
-        )
+        self._warn(f"{self.path} has no end mark (its writer crashed or is still running): read {index} whole frames{dropped}")
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -365,4 +363,3 @@ def _read_exact(stream: IO[bytes] | _ZstdBody, count: int) -> bytes:
         parts.append(chunk)
         left -= len(chunk)
     return b"".join(parts)
-

@@ -82,4 +82,3 @@ def parse_snapshot(data: bytes, name: str = "snapshot") -> Snapshot:
     finally:
         if enabled:
             gc.enable()
-

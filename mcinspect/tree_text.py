@@ -184,7 +184,9 @@ class _Boxes:
         text = Text(
             f"… {chain.totals.nodes:,} nodes in a chain #{first.id}..#{last.id} [{first.depth}..{last.depth + last.key_len})"
             + _extras(chain.totals, tokens=False),
-            style=_FOLD_STYLE, no_wrap=True, overflow="crop",
+            style=_FOLD_STYLE,
+            no_wrap=True,
+            overflow="crop",
         )
         rids = self.rids.get(chain.name)
         if rids:
@@ -221,7 +223,9 @@ def _fold_line(subtrees: int, tops: Sequence[int], totals: Totals, where: str) -
     ids = " ".join(f"#{n}" for n in tops[:FOLD_IDS_SHOWN]) + (f" +{len(tops) - FOLD_IDS_SHOWN}" if len(tops) > FOLD_IDS_SHOWN else "")
     return Text(
         f"… {_plural(totals.nodes, 'more node')} in {_plural(subtrees, 'subtree')}{where} ({ids})" + _extras(totals),
-        style=_FOLD_STYLE, no_wrap=True, overflow="crop",
+        style=_FOLD_STYLE,
+        no_wrap=True,
+        overflow="crop",
     )
 
 

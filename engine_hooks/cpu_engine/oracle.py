@@ -85,9 +85,7 @@ class RecomputeOracle:
         self.family = family
         model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.bfloat16)
         self.model = model.model.eval()  # the decoder stack alone: logits are not needed
-        self._temporal: Callable[[torch.Tensor], torch.Tensor] = (
-            _mamba2_temporal if family is NEMOTRON_H else _gdn_temporal
-        )
+        self._temporal: Callable[[torch.Tensor], torch.Tensor] = _mamba2_temporal if family is NEMOTRON_H else _gdn_temporal
         # All layers stay, although none after the last mamba one affects a state:
         # transformers' hybrid cache needs an attention layer to count positions.
         # (transformers names Mamba2 mixers "linear_attention" too.)

@@ -102,15 +102,11 @@ def causal_conv1d_update_cpu(
     if intermediate_conv_window is not None:
         steps = intermediate_state_indices.long()[keep]
         for t in range(seqlen):
-            intermediate_conv_window[steps, t, :, :state_len] = window[..., t + 1 : t + 1 + state_len].to(
-                intermediate_conv_window.dtype
-            )
+            intermediate_conv_window[steps, t, :, :state_len] = window[..., t + 1 : t + 1 + state_len].to(intermediate_conv_window.dtype)
     return out.squeeze(-1) if x.dim() == 2 else out
 
 
-def _depthwise_conv(
-    window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, silu: bool
-) -> torch.Tensor:
+def _depthwise_conv(window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, silu: bool) -> torch.Tensor:
     """(batch, dim, width - 1 + L) -> (batch, dim, L): one output per full window, in fp32."""
     y = F.conv1d(
         window.float(),

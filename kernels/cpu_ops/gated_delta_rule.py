@@ -196,16 +196,12 @@ def fused_sigmoid_gating_delta_rule_update_cpu(
     return out.to(q.dtype).view(v.shape)
 
 
-def _decay(
-    A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, beta: float, threshold: float
-) -> torch.Tensor:
+def _decay(A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, beta: float, threshold: float) -> torch.Tensor:
     """Log decay g = -exp(A_log) * softplus(a + dt_bias), fp32 (tokens, HV)."""
     return -A_log.float().exp() * F.softplus(a.float() + dt_bias.float(), beta=beta, threshold=threshold)
 
 
-def _prepare_qk(
-    q: torch.Tensor, k: torch.Tensor, num_v_heads: int, l2norm: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _prepare_qk(q: torch.Tensor, k: torch.Tensor, num_v_heads: int, l2norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Flatten to (tokens, HV, K) fp32, l2-normalised if asked, q/k heads repeated per value head."""
     qf = q.reshape(-1, *q.shape[-2:]).float()
     kf = k.reshape(-1, *k.shape[-2:]).float()

@@ -10,9 +10,7 @@ from __future__ import annotations
 import torch
 
 
-def fused_gate_sigmoid_mul(
-    hidden_states: torch.Tensor, gate_weight: torch.Tensor, shared_output: torch.Tensor
-) -> torch.Tensor:
+def fused_gate_sigmoid_mul(hidden_states: torch.Tensor, gate_weight: torch.Tensor, shared_output: torch.Tensor) -> torch.Tensor:
     """sigmoid(hidden_states @ gate_weight) * shared_output, in shared_output's dtype.
 
     hidden_states, shared_output: (tokens, hidden); gate_weight: (hidden,).

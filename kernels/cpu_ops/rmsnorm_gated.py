@@ -6,9 +6,7 @@ import torch
 import torch.nn.functional as F
 
 
-def fused_rmsnorm_gated_cpu(
-    x: torch.Tensor, weight: torch.Tensor | None, g: torch.Tensor | None, eps: float
-) -> torch.Tensor:
+def fused_rmsnorm_gated_cpu(x: torch.Tensor, weight: torch.Tensor | None, g: torch.Tensor | None, eps: float) -> torch.Tensor:
     """rmsnorm(x) * weight * silu(g) over the last dim, normalising before gating.
 
     The `torch.ops.sgl_kernel.fused_rmsnorm_gated_cpu(x, weight, g, eps)` call of

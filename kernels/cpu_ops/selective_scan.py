@@ -191,7 +191,7 @@ def selective_state_update_cpu(
     a = A.float()
     cache_rows = None
     if intermediate_states_buffer is not None:
-        cache_rows = (intermediate_state_indices.long()[live] if intermediate_state_indices is not None else slots)
+        cache_rows = intermediate_state_indices.long()[live] if intermediate_state_indices is not None else slots
     for t in range(steps):
         step_dt = _gate_dt(dts[rows, t].float(), dt_bias, dt_softplus, (0.0, float("inf")))
         b = Bs[rows, t].float().repeat_interleave(group, dim=-2)
@@ -229,9 +229,7 @@ def _step(
     return state, y
 
 
-def _gate_dt(
-    dt: torch.Tensor, dt_bias: torch.Tensor | None, softplus: bool, limit: tuple[float, float]
-) -> torch.Tensor:
+def _gate_dt(dt: torch.Tensor, dt_bias: torch.Tensor | None, softplus: bool, limit: tuple[float, float]) -> torch.Tensor:
     """softplus(dt + dt_bias) (linear above the threshold), clamped; fp32, via float64."""
     if dt_bias is not None:
         dt = dt + dt_bias.float()
@@ -294,9 +292,7 @@ def _scan(
     return y, kept
 
 
-def _sequence_bounds(
-    batch: int, seqlen: int, cu_seqlens: torch.Tensor | None, seq_idx: torch.Tensor | None
-) -> list[tuple[int, int]]:
+def _sequence_bounds(batch: int, seqlen: int, cu_seqlens: torch.Tensor | None, seq_idx: torch.Tensor | None) -> list[tuple[int, int]]:
     """[start, end) of each sequence in flat (row-major) token positions."""
     if cu_seqlens is not None:
         edges = cu_seqlens.tolist()

@@ -50,10 +50,20 @@ def check_content(view: StepView) -> list[Violation]:
         # A free slot keeps whatever its last owner left; a NaN there was reported while owned.
         if now.nonfinite > 0 and not all(claim.kind == "free" for claim in claims):
             holders = ", ".join(claim.kind for claim in claims)
-            out.append(Violation(check=CONTENT, step=step, slots=(slot,), reason=f"slot {slot} ({holders}) holds {now.nonfinite} NaN/Inf values"))
+            out.append(
+                Violation(check=CONTENT, step=step, slots=(slot,), reason=f"slot {slot} ({holders}) holds {now.nonfinite} NaN/Inf values")
+            )
         if now.zero and node is not None:
             # A state after one token or more is never all zeros: the cached slot was never written.
-            out.append(Violation(check=CONTENT, step=step, nodes=(node,) if node >= 0 else (), slots=(slot,), reason=f"slot {slot} cached at {name_node(node)} is all zeros: it was never written"))
+            out.append(
+                Violation(
+                    check=CONTENT,
+                    step=step,
+                    nodes=(node,) if node >= 0 else (),
+                    slots=(slot,),
+                    reason=f"slot {slot} cached at {name_node(node)} is all zeros: it was never written",
+                )
+            )
     return out
 
 

@@ -31,5 +31,12 @@ def check_cow_copy(view: StepView) -> list[Violation]:
                 )
         for slot, zero in zip(event.cleared, event.cleared_zero):
             if not zero:
-                out.append(Violation(check=COW_COPY, step=view.step, slots=(slot,), reason=f"slot {slot} was cleared for a fresh request but is not all zeros"))
+                out.append(
+                    Violation(
+                        check=COW_COPY,
+                        step=view.step,
+                        slots=(slot,),
+                        reason=f"slot {slot} was cleared for a fresh request but is not all zeros",
+                    )
+                )
     return out

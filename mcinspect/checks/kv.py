@@ -119,11 +119,25 @@ def _misaligned(node: NodeRecord, page: int, step: int) -> list[Violation]:
     """Node boundaries on page boundaries, and each KV run starting where its position's page
     offset says (a paged allocator hands out whole pages)."""
     if node.depth % page or node.key_len % page:
-        return [Violation(check=KV, step=step, nodes=(node.id,), reason=f"node {node.id} spans depth {node.depth}..{node.depth + node.key_len}, off the {page}-token pages")]
+        return [
+            Violation(
+                check=KV,
+                step=step,
+                nodes=(node.id,),
+                reason=f"node {node.id} spans depth {node.depth}..{node.depth + node.key_len}, off the {page}-token pages",
+            )
+        ]
     position = node.depth
     for start, length in node.kv_runs:
         if (start - position) % page:
-            return [Violation(check=KV, step=step, nodes=(node.id,), reason=f"node {node.id} puts position {position} at KV index {start}, a different offset within its {page}-token page")]
+            return [
+                Violation(
+                    check=KV,
+                    step=step,
+                    nodes=(node.id,),
+                    reason=f"node {node.id} puts position {position} at KV index {start}, a different offset within its {page}-token page",
+                )
+            ]
         position += length
     return []
 
@@ -144,7 +158,14 @@ def _newly_freed(view: StepView, free: Intervals) -> list[Violation]:
             continue
         token = first_overlap(node.kv_runs, fresh)
         if token is not None:
-            out.append(Violation(check=KV, step=view.step, nodes=(node.id,), reason=f"KV token {token} of node {node.id} was freed while the node still holds it"))
+            out.append(
+                Violation(
+                    check=KV,
+                    step=view.step,
+                    nodes=(node.id,),
+                    reason=f"KV token {token} of node {node.id} was freed while the node still holds it",
+                )
+            )
     return out
 
 
@@ -163,15 +184,39 @@ def _request_row(view: StepView, request: RequestRecord, free: Intervals) -> lis
         return []  # the parent chain leaves the records; tree-shape reports it
     evicted = [node.id for node in path if node.kv_evicted and node is not view.root]
     if evicted:
-        return [Violation(check=KV, step=step, rids=(rid,), nodes=tuple(evicted), reason=f"request {rid}'s protected prefix runs through node(s) {', '.join(map(str, evicted))} whose KV was evicted")]
+        return [
+            Violation(
+                check=KV,
+                step=step,
+                rids=(rid,),
+                nodes=tuple(evicted),
+                reason=f"request {rid}'s protected prefix runs through node(s) {', '.join(map(str, evicted))} whose KV was evicted",
+            )
+        ]
     tree_runs = truncate([run for node in path for run in node.kv_runs], protected)
     covered = sum(length for _, length in tree_runs)
     if covered < protected:
-        return [Violation(check=KV, step=step, rids=(rid,), nodes=(request.last_node,), reason=f"request {rid} protects {protected} tokens but its path to node {request.last_node} holds {covered}")]
+        return [
+            Violation(
+                check=KV,
+                step=step,
+                rids=(rid,),
+                nodes=(request.last_node,),
+                reason=f"request {rid} protects {protected} tokens but its path to node {request.last_node} holds {covered}",
+            )
+        ]
     row = truncate(request.kv_runs, protected)
     if row != tree_runs:
         position = _first_difference(row, tree_runs)
-        return [Violation(check=KV, step=step, rids=(rid,), nodes=(request.last_node,), reason=f"request {rid}'s row differs from its tree path (to node {request.last_node}) at position {position} of its {protected} protected tokens")]
+        return [
+            Violation(
+                check=KV,
+                step=step,
+                rids=(rid,),
+                nodes=(request.last_node,),
+                reason=f"request {rid}'s row differs from its tree path (to node {request.last_node}) at position {position} of its {protected} protected tokens",
+            )
+        ]
     return []
 
 

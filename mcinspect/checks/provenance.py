@@ -35,18 +35,46 @@ def check_provenance(view: StepView) -> list[Violation]:
         if event.ping_pong_index >= 0:
             plan = facts.plan
             if plan is not None and plan.rid != event.rid:
-                out.append(Violation(check=PROVENANCE, step=view.step, reason=f"{where} was last written for request {plan.rid} (planned at step {plan.step}, position {plan.position})", **ids))
+                out.append(
+                    Violation(
+                        check=PROVENANCE,
+                        step=view.step,
+                        reason=f"{where} was last written for request {plan.rid} (planned at step {plan.step}, position {plan.position})",
+                        **ids,
+                    )
+                )
             elif plan is None and facts.allocated_at is not None:
-                out.append(Violation(check=PROVENANCE, step=view.step, reason=f"{where} was never written since its allocation at step {facts.allocated_at}", **ids))
+                out.append(
+                    Violation(
+                        check=PROVENANCE,
+                        step=view.step,
+                        reason=f"{where} was never written since its allocation at step {facts.allocated_at}",
+                        **ids,
+                    )
+                )
             elif plan is None and view.ledger.known and not _was_ping_pong(view, event.slot, event.rid):
-                out.append(Violation(check=PROVENANCE, step=view.step, reason=f"{where} was not a ping-pong slot of that request at the previous boundary ({_holders(view, event.slot)})", **ids))
+                out.append(
+                    Violation(
+                        check=PROVENANCE,
+                        step=view.step,
+                        reason=f"{where} was not a ping-pong slot of that request at the previous boundary ({_holders(view, event.slot)})",
+                        **ids,
+                    )
+                )
         elif view.engine is not None and view.engine.strategy == "no_buffer":
             # no_buffer caches a fresh copy of the working slot (unfinished) or the working slot
             # itself (finished). Checked only when the strategy is known: int8 checkpoints also
             # insert without a ping-pong index, from a pool of their own.
             fresh = facts.allocated_at == view.step
             if not fresh and view.ledger.known and not _was_working(view, event.slot, event.rid):
-                out.append(Violation(check=PROVENANCE, step=view.step, reason=f"{where} is neither a fresh copy nor that request's working slot ({_holders(view, event.slot)})", **ids))
+                out.append(
+                    Violation(
+                        check=PROVENANCE,
+                        step=view.step,
+                        reason=f"{where} is neither a fresh copy nor that request's working slot ({_holders(view, event.slot)})",
+                        **ids,
+                    )
+                )
     return out
 
 
@@ -117,7 +145,16 @@ def check_cow(view: StepView) -> list[Violation]:
             pending.pop(event.rid, None)
             if event.rid in freed:
                 match, what = freed.pop(event.rid)
-                out.append(Violation(check=COW, step=view.step, nodes=(match.node,), slots=(match.cow_source,), rids=(match.rid,), reason=f"request {match.rid} was admitted to copy slot {match.cow_source} (node {match.node}'s state), which was {what} after the match"))
+                out.append(
+                    Violation(
+                        check=COW,
+                        step=view.step,
+                        nodes=(match.node,),
+                        slots=(match.cow_source,),
+                        rids=(match.rid,),
+                        reason=f"request {match.rid} was admitted to copy slot {match.cow_source} (node {match.node}'s state), which was {what} after the match",
+                    )
+                )
     owners = view.tree_owners
     for request in view.changed_requests:
         source = request.cow_source
@@ -125,13 +162,35 @@ def check_cow(view: StepView) -> list[Violation]:
             continue
         ids = dict(slots=(source,), rids=(request.rid,))
         if source == request.working_slot:
-            out.append(Violation(check=COW, step=view.step, reason=f"request {request.rid} copies slot {source} onto itself (copy-on-write source == working slot)", **ids))
+            out.append(
+                Violation(
+                    check=COW,
+                    step=view.step,
+                    reason=f"request {request.rid} copies slot {source} onto itself (copy-on-write source == working slot)",
+                    **ids,
+                )
+            )
         elif source not in owners:
-            out.append(Violation(check=COW, step=view.step, reason=f"request {request.rid}'s pending copy-on-write source slot {source} is not tree-owned", **ids))
+            out.append(
+                Violation(
+                    check=COW,
+                    step=view.step,
+                    reason=f"request {request.rid}'s pending copy-on-write source slot {source} is not tree-owned",
+                    **ids,
+                )
+            )
         elif view.detailed and (node := view.state.nodes.get(owners[source])) is not None and node.full_lock == 0:
             # Admission locks the matched node before the copy is collected; SKIP_DECODE_LOCK
             # and lazy mode drop only MAMBA locks, and only after the copy, so FULL stays > 0.
-            out.append(Violation(check=COW, step=view.step, nodes=(node.id,), reason=f"request {request.rid}'s pending copy-on-write source slot {source} belongs to node {node.id}, which no lock protects", **ids))
+            out.append(
+                Violation(
+                    check=COW,
+                    step=view.step,
+                    nodes=(node.id,),
+                    reason=f"request {request.rid}'s pending copy-on-write source slot {source} belongs to node {node.id}, which no lock protects",
+                    **ids,
+                )
+            )
     return out
 
 
@@ -140,12 +199,33 @@ def _matched_source(view: StepView, event: MatchEvent, timeline: Timeline) -> li
     step, source = view.step, event.cow_source
     node = view.find_node(event.node)
     if node is not None and node.parent >= 0 and node.key_len == 0:
-        return [Violation(check=COW, step=step, reason=f"request {event.rid} copies its state from node {event.node}, a ghost node with an empty key", **ids)]
+        return [
+            Violation(
+                check=COW,
+                step=step,
+                reason=f"request {event.rid} copies its state from node {event.node}, a ghost node with an empty key",
+                **ids,
+            )
+        ]
     if not timeline.owner_known(source):
         return []  # the history does not reach the slot's insert: nothing to compare with
     owner = timeline.facts(source).owner
     if owner is None:
-        return [Violation(check=COW, step=step, reason=f"request {event.rid} copies slot {source} as node {event.node}'s state, but no tree node owns it", **ids)]
+        return [
+            Violation(
+                check=COW,
+                step=step,
+                reason=f"request {event.rid} copies slot {source} as node {event.node}'s state, but no tree node owns it",
+                **ids,
+            )
+        ]
     if owner >= 0 and owner != event.node:
-        return [Violation(check=COW, step=step, reason=f"request {event.rid} copies slot {source} as node {event.node}'s state, but it is node {owner}'s", **ids)]
+        return [
+            Violation(
+                check=COW,
+                step=step,
+                reason=f"request {event.rid} copies slot {source} as node {event.node}'s state, but it is node {owner}'s",
+                **ids,
+            )
+        ]
     return []

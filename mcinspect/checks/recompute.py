@@ -64,7 +64,7 @@ def beyond(oracle: str, forward: str, conv: float, temporal: float) -> tuple[str
 
 
 def tolerance_text(oracle: str, forward: str = "") -> str:
-    """"conv 0.1, temporal 0.035": the tolerances, for a report."""
+    """ "conv 0.1, temporal 0.035": the tolerances, for a report."""
     return ", ".join(f"{name} {limit:g}" for name, limit in tolerances(oracle, forward).items())
 
 
@@ -110,9 +110,8 @@ def forward_of(content: SlotContent) -> str:
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
 
-
 def written_by(origin: BatchOrigin | None) -> str:
-    """"; written by req R at step N, the second request of a 3-request extend batch (extend
+    """ "; written by req R at step N, the second request of a 3-request extend batch (extend
     lengths [...])": where the state came from, for a #37836-class report."""
     if origin is None:
         return ""

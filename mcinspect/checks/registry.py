@@ -34,12 +34,12 @@ from .depth import DEPTH, check_depth
 from .history import StepView
 from .kv import KV, check_kv
 from .provenance import COW, PLAN_SAFETY, PROVENANCE, check_cow, check_plan_safety, check_provenance
-from .recompute import RECOMPUTE, tolerance_text, check_recompute
-from .working_state import WORKING, check_working_state
-from .writes import COW_RAN, WRITE_RAN, WRITE_TARGET, check_cow_ran, check_write_ran, check_write_target
+from .recompute import RECOMPUTE, check_recompute, tolerance_text
 from .slots import PARTITION, REQUEST_SLOTS, check_partition, check_request_slots
 from .tree import LOCKS, SHAPE, check_locks, check_shape
 from .violation import Violation
+from .working_state import WORKING, check_working_state
+from .writes import COW_RAN, WRITE_RAN, WRITE_TARGET, check_cow_ran, check_write_ran, check_write_target
 
 Need = Literal["metadata", "events", "fingerprints", "engine-info"]
 """metadata: nodes, slot claims, requests, KV of one state (and the previous one, for what
@@ -134,8 +134,7 @@ CHECKS: dict[str, CheckSpec] = {
             needs=("events",),
             checked="each track plan's slot is not tree-owned at the moment of the plan (a donated slot also "
             "still in the ping-pong list is reported by slot-partition)",
-            blind_to="writes that are not track plans (deferred copy-on-write destinations, speculative "
-            "intermediate states)",
+            blind_to="writes that are not track plans (deferred copy-on-write destinations, speculative intermediate states)",
             run=check_plan_safety,
         ),
         CheckSpec(

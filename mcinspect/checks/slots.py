@@ -62,7 +62,15 @@ def check_partition(view: StepView) -> list[Violation]:
         owning = owners(claims)
         ids = dict(nodes=tuple(c.node for c in owning if c.node >= 0), rids=tuple(dict.fromkeys(c.rid for c in claims if c.rid)))
         if slot == 0 and any(claim.kind != "free" for claim in claims):
-            out.append(Violation(check=PARTITION, step=step, slots=(slot,), reason=f"slot 0 (sglang's dummy slot) is claimed by {_listing(claims)}", **ids))
+            out.append(
+                Violation(
+                    check=PARTITION,
+                    step=step,
+                    slots=(slot,),
+                    reason=f"slot 0 (sglang's dummy slot) is claimed by {_listing(claims)}",
+                    **ids,
+                )
+            )
         # A finished request's claims still count as owners: sglang frees its slots when it
         # processes the batch, which under overlap may come a step after the finish is known.
         elif len(owning) > 1:
@@ -72,15 +80,33 @@ def check_partition(view: StepView) -> list[Violation]:
             # queues, sessions), so a slot nothing holds at a boundary has leaked.
             references = [claim for claim in claims if claim.kind == _REFERENCE]
             held = f" (only referenced by {_listing(references)})" if references else ""
-            out.append(Violation(check=PARTITION, step=step, slots=(slot,), reason=f"slot {slot} leaked: neither free nor owned{held}", **ids))
+            out.append(
+                Violation(check=PARTITION, step=step, slots=(slot,), reason=f"slot {slot} leaked: neither free nor owned{held}", **ids)
+            )
     size = len(state.slots) - (0 in state.slots)
     for node in view.changed_nodes:
         if node.mamba_slot >= 0 and node.mamba_slot not in state.slots:
-            out.append(Violation(check=PARTITION, step=step, nodes=(node.id,), slots=(node.mamba_slot,), reason=f"node {node.id} holds slot {node.mamba_slot}, {_outside(node.mamba_slot, size)}"))
+            out.append(
+                Violation(
+                    check=PARTITION,
+                    step=step,
+                    nodes=(node.id,),
+                    slots=(node.mamba_slot,),
+                    reason=f"node {node.id} holds slot {node.mamba_slot}, {_outside(node.mamba_slot, size)}",
+                )
+            )
     for request in view.changed_requests:
         for what, slot in _request_slots(request):
             if slot not in state.slots:
-                out.append(Violation(check=PARTITION, step=step, rids=(request.rid,), slots=(slot,), reason=f"request {request.rid} {what} is slot {slot}, {_outside(slot, size)}"))
+                out.append(
+                    Violation(
+                        check=PARTITION,
+                        step=step,
+                        rids=(request.rid,),
+                        slots=(slot,),
+                        reason=f"request {request.rid} {what} is slot {slot}, {_outside(slot, size)}",
+                    )
+                )
     return out
 
 
@@ -111,7 +137,11 @@ def check_request_slots(view: StepView) -> list[Violation]:
     out: list[Violation] = []
 
     def flag(request: RequestRecord, reason: str, *slots: SlotId) -> None:
-        out.append(Violation(check=REQUEST_SLOTS, step=step, rids=(request.rid,), slots=slots, reason=f"request {request.rid} ({request.state}) {reason}"))
+        out.append(
+            Violation(
+                check=REQUEST_SLOTS, step=step, rids=(request.rid,), slots=slots, reason=f"request {request.rid} ({request.state}) {reason}"
+            )
+        )
 
     for request in view.changed_requests:
         if request.rid not in live:
@@ -139,7 +169,10 @@ def check_request_slots(view: StepView) -> list[Violation]:
                 flag(request, f"{name}_track_idx {index} is outside its {len(buffer)} ping-pong entries", *buffer)
         last = request.last_track_idx
         if request.last_track_seqlen >= 0 and 0 <= last < len(buffer) and buffer[last] < 0:
-            flag(request, f"tracked a state at {request.last_track_seqlen} into ping-pong {last}, which is empty: a donation would cache slot -1")
+            flag(
+                request,
+                f"tracked a state at {request.last_track_seqlen} into ping-pong {last}, which is empty: a donation would cache slot -1",
+            )
     return out
 
 
@@ -147,7 +180,11 @@ def _check_mirrors(request: RequestRecord, tree_owners: dict[SlotId, NodeId], fl
     """The device mirrors (what the forward writes and free_mamba_cache frees) name the slots
     the request's record holds (#24221: a donated slot left in the ping-pong mirror)."""
     if request.working_mirror >= 0 and request.working_slot > 0 and request.working_mirror != request.working_slot:
-        flag(request, f"holds working slot {request.working_slot} but the device mirror names slot {request.working_mirror}", request.working_mirror)
+        flag(
+            request,
+            f"holds working slot {request.working_slot} but the device mirror names slot {request.working_mirror}",
+            request.working_mirror,
+        )
     mirror = request.ping_pong_mirror
     if not mirror or len(mirror) != len(request.ping_pong):
         return
@@ -155,4 +192,9 @@ def _check_mirrors(request: RequestRecord, tree_owners: dict[SlotId, NodeId], fl
         if held != mirrored:
             owner = tree_owners.get(mirrored)
             cached = f", which {name_node(owner)} has cached" if owner is not None else ""
-            flag(request, f"holds slot {held} as ping-pong {index} but the device mirror the forward tracks into names slot {mirrored}{cached}", mirrored, held)
+            flag(
+                request,
+                f"holds slot {held} as ping-pong {index} but the device mirror the forward tracks into names slot {mirrored}{cached}",
+                mirrored,
+                held,
+            )

@@ -138,13 +138,41 @@ def check_locks(view: StepView) -> list[Violation]:
         holders = anchored_requests.get(node_id, [])
         ids = dict(nodes=(node_id,), rids=tuple(holders))
         if node.full_lock < 0 or node.mamba_lock < 0:
-            out.append(Violation(check=LOCKS, step=step, reason=f"node {node_id} has negative lock refs (full {node.full_lock}, mamba {node.mamba_lock})", **ids))
+            out.append(
+                Violation(
+                    check=LOCKS,
+                    step=step,
+                    reason=f"node {node_id} has negative lock refs (full {node.full_lock}, mamba {node.mamba_lock})",
+                    **ids,
+                )
+            )
         elif anchored < 0:
-            out.append(Violation(check=LOCKS, step=step, reason=f"node {node_id} has full lock {node.full_lock} but its children hold {below}: a lock was released twice or taken without its path", **ids))
+            out.append(
+                Violation(
+                    check=LOCKS,
+                    step=step,
+                    reason=f"node {node_id} has full lock {node.full_lock} but its children hold {below}: a lock was released twice or taken without its path",
+                    **ids,
+                )
+            )
         elif node.mamba_lock > anchored:
-            out.append(Violation(check=LOCKS, step=step, reason=f"node {node_id} has mamba lock {node.mamba_lock} but only {anchored} lock(s) anchored there (full {node.full_lock} - children {below})", **ids))
+            out.append(
+                Violation(
+                    check=LOCKS,
+                    step=step,
+                    reason=f"node {node_id} has mamba lock {node.mamba_lock} but only {anchored} lock(s) anchored there (full {node.full_lock} - children {below})",
+                    **ids,
+                )
+            )
         elif len(holders) > anchored:
-            out.append(Violation(check=LOCKS, step=step, reason=f"node {node_id} has {anchored} lock(s) anchored but {len(holders)} live request(s) are anchored there ({', '.join(holders)}): a lock is missing", **ids))
+            out.append(
+                Violation(
+                    check=LOCKS,
+                    step=step,
+                    reason=f"node {node_id} has {anchored} lock(s) anchored but {len(holders)} live request(s) are anchored there ({', '.join(holders)}): a lock is missing",
+                    **ids,
+                )
+            )
     return out
 
 
@@ -163,4 +191,3 @@ def _lock_candidates(view: StepView) -> set[NodeId]:
         candidates.update(r.last_node for rid, r in previous.requests.items() if rid not in view.state.requests)
     candidates.discard(NodeId(-1))
     return candidates
-

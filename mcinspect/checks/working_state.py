@@ -9,7 +9,6 @@ and computed suffix) prefilled alone (`WorkingStateEvent`, engine_hooks/verifier
 
 from __future__ import annotations
 
-
 from ..schema import WorkingStateEvent
 from .history import StepView
 from .recompute import beyond
@@ -39,4 +38,3 @@ def check_working_state(view: StepView) -> list[Violation]:
                 )
             )
     return out
-

@@ -49,12 +49,21 @@ def check_write_ran(view: StepView) -> list[Violation]:
             if known:
                 planned = f" (planned at step {facts.plan.step}, position {facts.plan.position})" if facts.plan is not None else ""
                 since = f" since its allocation at step {facts.allocated_at}" if facts.allocated_at is not None else ""
-                out.append(Violation(check=WRITE_RAN, step=view.step, reason=f"{where} was never written by a forward{since}{planned}", **ids))
+                out.append(
+                    Violation(check=WRITE_RAN, step=view.step, reason=f"{where} was never written by a forward{since}{planned}", **ids)
+                )
         elif write.rid != event.rid:
             whose = f"request {write.rid}'s state" if write.rid else "a write no request of its batch planned"
             out.append(Violation(check=WRITE_RAN, step=view.step, reason=f"{where} last received {whose} (step {write.step})", **ids))
         elif write.position != event.seqlen:
-            out.append(Violation(check=WRITE_RAN, step=view.step, reason=f"{where} holds the state its forward wrote for position {write.position} (step {write.step})", **ids))
+            out.append(
+                Violation(
+                    check=WRITE_RAN,
+                    step=view.step,
+                    reason=f"{where} holds the state its forward wrote for position {write.position} (step {write.step})",
+                    **ids,
+                )
+            )
     return out
 
 
@@ -82,10 +91,26 @@ def _plans_not_run(view: StepView, reported: str) -> list[Violation]:
                     what = f"its track copy wrote {', '.join(map(str, sorted(written))) or 'no slot'}"
                 else:
                     continue
-                out.append(Violation(check=WRITE_RAN, step=view.step, slots=(slot,), rids=(rid,), reason=f"the {event.forward} forward was to write request {rid}'s state at position {plan.position} into slot {slot}, but {what}"))
+                out.append(
+                    Violation(
+                        check=WRITE_RAN,
+                        step=view.step,
+                        slots=(slot,),
+                        rids=(rid,),
+                        reason=f"the {event.forward} forward was to write request {rid}'s state at position {plan.position} into slot {slot}, but {what}",
+                    )
+                )
     for key in forward_ran:
         plan = pending[key]
-        out.append(Violation(check=WRITE_RAN, step=view.step, slots=(plan.slot,), rids=(plan.rid,), reason=f"request {plan.rid}'s extend forward ran (its deferred copies did) but no track copy wrote its state at position {plan.position} into slot {plan.slot}"))
+        out.append(
+            Violation(
+                check=WRITE_RAN,
+                step=view.step,
+                slots=(plan.slot,),
+                rids=(plan.rid,),
+                reason=f"request {plan.rid}'s extend forward ran (its deferred copies did) but no track copy wrote its state at position {plan.position} into slot {plan.slot}",
+            )
+        )
     return out
 
 
@@ -105,11 +130,33 @@ def check_write_target(view: StepView) -> list[Violation]:
             facts = timeline.facts(slot)
             if facts.owner is not None and timeline.owner_known(slot):
                 owner = facts.owner
-                out.append(Violation(check=WRITE_TARGET, step=view.step, nodes=(owner,) if owner >= 0 else (), reason=f"the {event.forward} forward wrote a state into slot {slot}, which {name_node(owner)} has cached since step {facts.owner_since}", **ids))
+                out.append(
+                    Violation(
+                        check=WRITE_TARGET,
+                        step=view.step,
+                        nodes=(owner,) if owner >= 0 else (),
+                        reason=f"the {event.forward} forward wrote a state into slot {slot}, which {name_node(owner)} has cached since step {facts.owner_since}",
+                        **ids,
+                    )
+                )
             elif rid is None:
-                out.append(Violation(check=WRITE_TARGET, step=view.step, reason=f"the {event.forward} forward wrote a state into slot {slot}, which no request of its batch planned ({_holders(view, slot)})", **ids))
+                out.append(
+                    Violation(
+                        check=WRITE_TARGET,
+                        step=view.step,
+                        reason=f"the {event.forward} forward wrote a state into slot {slot}, which no request of its batch planned ({_holders(view, slot)})",
+                        **ids,
+                    )
+                )
             elif rid and facts.allocated_at != view.step and not _claimed_by(view, slot, rid):
-                out.append(Violation(check=WRITE_TARGET, step=view.step, reason=f"the {event.forward} forward wrote request {rid}'s state into slot {slot}, which is not that request's ({_holders(view, slot)})", **ids))
+                out.append(
+                    Violation(
+                        check=WRITE_TARGET,
+                        step=view.step,
+                        reason=f"the {event.forward} forward wrote request {rid}'s state into slot {slot}, which is not that request's ({_holders(view, slot)})",
+                        **ids,
+                    )
+                )
     return out
 
 
@@ -133,7 +180,16 @@ def check_cow_ran(view: StepView) -> list[Violation]:
                 ran = any(source == match.cow_source and (working is None or dest == working) for source, dest in copies)
                 if not ran:
                     into = f" into its working slot {working}" if working is not None else ""
-                    out.append(Violation(check=COW_RAN, step=view.step, nodes=(match.node,), slots=(match.cow_source,), rids=(match.rid,), reason=f"request {match.rid} was admitted to copy slot {match.cow_source} (node {match.node}'s state){into}, but its forward ran no such copy"))
+                    out.append(
+                        Violation(
+                            check=COW_RAN,
+                            step=view.step,
+                            nodes=(match.node,),
+                            slots=(match.cow_source,),
+                            rids=(match.rid,),
+                            reason=f"request {match.rid} was admitted to copy slot {match.cow_source} (node {match.node}'s state){into}, but its forward ran no such copy",
+                        )
+                    )
             admitted = []
     return out
 

@@ -58,9 +58,7 @@ def run_dot(source: str, fmt: Format, *, timeout_s: float = DEFAULT_TIMEOUT_S, b
     """Lay out DOT `source` and return the `fmt` output. Raises DotNotFound, DotFailed, DotTimeout."""
     dot = binary or find_dot()
     try:
-        done = subprocess.run(
-            [dot.path, f"-T{fmt}"], input=source.encode(), capture_output=True, timeout=timeout_s, check=False
-        )
+        done = subprocess.run([dot.path, f"-T{fmt}"], input=source.encode(), capture_output=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise DotTimeout(f"{dot.path} took more than {timeout_s:g} s: lower --max-nodes or use --focus") from None
     except OSError as exc:

@@ -151,8 +151,7 @@ class _Writer:
         self.state, self.view, self.marks, self.centre = state, view, marks, centre
         self.drawn = set(view.nodes)
         self.requests = [
-            r for r in state.requests.values()
-            if centre is None or r.last_node in self.drawn or r.rid == focus_rid or r.rid in marks.rids
+            r for r in state.requests.values() if centre is None or r.last_node in self.drawn or r.rid == focus_rid or r.rid in marks.rids
         ]
         named = set(marks.nodes) | {r.last_node for r in self.requests if r.last_node != -1}
         self.missing = sorted(named - state.nodes.keys())
@@ -180,10 +179,7 @@ class _Writer:
         # dominates the layout time (measured 3x) for a barely tidier picture; past
         # STRAIGHT_EDGES_ABOVE boxes, spline routing would cost as much again.
         splines = "line" if view.boxes > STRAIGHT_EDGES_ABOVE else "true"
-        add(
-            f'  graph [rankdir=LR, labelloc=t, nslimit=1, splines={splines}, fontname="{FONT}", fontsize=12, '
-            f"label={text.quote(title)}];"
-        )
+        add(f'  graph [rankdir=LR, labelloc=t, nslimit=1, splines={splines}, fontname="{FONT}", fontsize=12, label={text.quote(title)}];')
         add(f'  node [fontname="{FONT}", fontsize=10, shape=plain];')
         add(f'  edge [fontname="{FONT}", fontsize=9, arrowsize=0.6];')
         # The legend in a rank of its own past the deepest node: beside the tree, never over it.
@@ -193,12 +189,24 @@ class _Writer:
         for node in self.missing:
             self._missing(node)
         for chain in view.chains:
-            self._fold_box(chain.name, f"chain-{chain.nodes[0]}", "chain", text.fold_label(chain.totals, True),
-                           text.fold_tooltip("chain", chain.nodes, chain.totals), chain.totals.flagged)
+            self._fold_box(
+                chain.name,
+                f"chain-{chain.nodes[0]}",
+                "chain",
+                text.fold_label(chain.totals, True),
+                text.fold_tooltip("chain", chain.nodes, chain.totals),
+                chain.totals.flagged,
+            )
         for fold in view.folds:
             above = "top" if fold.parent == TOP else fold.parent
-            self._fold_box(fold.name, f"fold-{above}", "fold", text.fold_label(fold.totals, False),
-                           text.fold_tooltip(f"hidden subtrees below {above}", fold.roots, fold.totals), fold.totals.flagged)
+            self._fold_box(
+                fold.name,
+                f"fold-{above}",
+                "fold",
+                text.fold_label(fold.totals, False),
+                text.fold_tooltip(f"hidden subtrees below {above}", fold.roots, fold.totals),
+                fold.totals.flagged,
+            )
         for parent, child in view.edges:
             add(f'  {parent} -> {child} [id="tree-{parent}-{child}"];')
         for number, request in enumerate(self.requests):
@@ -279,7 +287,7 @@ class _Writer:
             add(f"  {name} -> {target} [id={text.quote(f'{svg}-{tag}')}, label={text.quote(label)}{extra}];")
         if request.last_node in self.drawn or request.last_node in self.missing:
             add(
-                f"  {name} -> {node_box(request.last_node)} [id={text.quote(f'{svg}-last')}, label=\"last node\", "
+                f'  {name} -> {node_box(request.last_node)} [id={text.quote(f"{svg}-last")}, label="last node", '
                 'style=dotted, color="#777777", constraint=false];'
             )
 

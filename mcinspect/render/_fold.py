@@ -167,10 +167,7 @@ def select(
     must_show = {index.pos[n] for n in [*pinned, *centre] if n in index.pos}
     keep = must_show | {index.pos[n] for n in unchained if n in index.pos}
     if folding:
-        eligible = [
-            index.parent[h] >= 0 and len(index.children[h]) == 1 and h not in keep and not index.flagged[h]
-            for h in range(count)
-        ]
+        eligible = [index.parent[h] >= 0 and len(index.children[h]) == 1 and h not in keep and not index.flagged[h] for h in range(count)]
     else:
         eligible = [False] * count
     units = _units(index, eligible)
@@ -186,9 +183,7 @@ def _tier(index: TreeIndex, here: int) -> int:
     return 1 if below.slots else 2
 
 
-def _choose(
-    index: TreeIndex, units: _Units, budget: int, must_show: set[int], focus: NodeId | None, radius: int
-) -> list[bool]:
+def _choose(index: TreeIndex, units: _Units, budget: int, must_show: set[int], focus: NodeId | None, radius: int) -> list[bool]:
     """Greedy: pin, then add the best frontier unit while the box count stays within budget.
 
     Boxes = shown units + one fold box per box (or the virtual top) with hidden children.

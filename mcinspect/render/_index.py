@@ -26,8 +26,11 @@ class Totals:
 
     def __add__(self, other: Totals) -> Totals:
         return Totals(
-            self.nodes + other.nodes, self.tokens + other.tokens, self.slots + other.slots,
-            self.locked + other.locked, self.flagged + other.flagged,
+            self.nodes + other.nodes,
+            self.tokens + other.tokens,
+            self.slots + other.slots,
+            self.locked + other.locked,
+            self.flagged + other.flagged,
         )
 
 
@@ -105,9 +108,7 @@ class TreeIndex:
         own = []
         for node_id, is_flagged in zip(ids, self.flagged):
             record = nodes[node_id]
-            own.append(_pack(
-                record.key_len, 1, record.mamba_slot != -1, bool(record.full_lock or record.mamba_lock), is_flagged
-            ))
+            own.append(_pack(record.key_len, 1, record.mamba_slot != -1, bool(record.full_lock or record.mamba_lock), is_flagged))
         self.own_packed = own
         sub = own[:]
         for here in range(len(ids) - 1, -1, -1):

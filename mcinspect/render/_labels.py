@@ -93,8 +93,7 @@ def node_tooltip(record: NodeRecord, page_size: int, content: SlotContent | None
         f"depth {record.depth}, key {record.key_len} tokens, ends at {record.depth + record.key_len}",
         f"tokens{inline}: {' '.join(map(str, tokens))}",
         f"key hash {record.key_hash:#018x}",
-        "KV: evicted" if record.kv_evicted else
-        f"KV runs {record.kv_runs}; pages {format_ranges(page_ranges(record.kv_runs, page_size))}",
+        "KV: evicted" if record.kv_evicted else f"KV runs {record.kv_runs}; pages {format_ranges(page_ranges(record.kv_runs, page_size))}",
         f"mamba slot {record.mamba_slot}" + (" (tombstone)" if record.tombstone else "") + _content(content),
         f"locks: full {record.full_lock}, mamba {record.mamba_lock}; evictable {_yes(record.evictable)}",
         f"LRU: full {_yes(record.in_full_lru)}, mamba {_yes(record.in_mamba_lru)}",
@@ -118,8 +117,7 @@ def slot_tooltip(slot: int, claims: list[SlotClaim], content: SlotContent | None
     lines = [f"mamba slot {slot}: {len(claims)} claim(s)"] + ["  " + _claim(c, short=False) for c in claims]
     if content is not None:
         lines.append(
-            f"fingerprint {content.fingerprint:#018x} at step {content.step}; non-finite {content.nonfinite}; "
-            f"all zero {_yes(content.zero)}"
+            f"fingerprint {content.fingerprint:#018x} at step {content.step}; non-finite {content.nonfinite}; all zero {_yes(content.zero)}"
         )
     return "\n".join(lines + [f"VIOLATION: {r}" for r in reasons])
 

@@ -30,9 +30,7 @@ class Selection:
     """Include what costs a scan of the tree (a page's holders): asked for with enter."""
 
 
-def detail_text(
-    view: FrameView | None, sel: Selection, findings: Findings, verdicts: Mapping[NodeId, list[Judged]] | None = None
-) -> Text:
+def detail_text(view: FrameView | None, sel: Selection, findings: Findings, verdicts: Mapping[NodeId, list[Judged]] | None = None) -> Text:
     """The detail pane for `sel` at `view`'s step; `verdicts`: what `V` (verify) answered, by node."""
     if view is None or sel.kind == "none":
         return Text("Select a node, slot, request or page to see it here. ? shows the keys.")
@@ -105,7 +103,9 @@ def _recompute(text: Text, content: SlotContent) -> None:
     equal = beyond(oracle, forward_of(content), content.recompute_conv_rel_l2, content.recompute_temporal_rel_l2) is None
     text.append("\nT2 ", style=_KEY)
     text.append("equal" if equal else "MISMATCH", style="green" if equal else "bold red")
-    text.append(f"  {oracle} oracle at step {content.step}: conv {content.recompute_conv_rel_l2:.3g}, temporal {content.recompute_temporal_rel_l2:.3g} (tolerance {tolerance_text(oracle, forward_of(content))})")
+    text.append(
+        f"  {oracle} oracle at step {content.step}: conv {content.recompute_conv_rel_l2:.3g}, temporal {content.recompute_temporal_rel_l2:.3g} (tolerance {tolerance_text(oracle, forward_of(content))})"
+    )
 
 
 def _verdict(text: Text, judged: Judged) -> None:
@@ -116,7 +116,9 @@ def _verdict(text: Text, judged: Judged) -> None:
         text.append(f"not verified: {v.error}", style="yellow")
         return
     text.append("equal" if judged.equal else "MISMATCH", style="green" if judged.equal else "bold red")
-    text.append(f"  {v.oracle} oracle, {v.tokens} tokens: conv {v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g} (tolerance {tolerance_text(v.oracle, v.forward)})")
+    text.append(
+        f"  {v.oracle} oracle, {v.tokens} tokens: conv {v.conv_rel_l2:.3g}, temporal {v.temporal_rel_l2:.3g} (tolerance {tolerance_text(v.oracle, v.forward)})"
+    )
 
 
 def slot_details(view: FrameView, slot: SlotId, history: list[SlotChange]) -> Text:

@@ -31,10 +31,11 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, Ma
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from mcinspect.schema import Step  # noqa: E402
-import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+
+import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
 PREFIX, SUFFIX, PER_GROUP = 8, 4, 99
 

@@ -40,11 +40,11 @@ import time
 from typing import NamedTuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
-from engine_runs import MCINSPECT, free_port_pair  # noqa: E402  (tests/support)
-
 from mcinspect.client import EngineUnreachable  # noqa: E402
 from mcinspect.session import Session  # noqa: E402
 from mcinspect.target import Target  # noqa: E402
+
+from engine_runs import MCINSPECT, free_port_pair  # noqa: E402  (tests/support)
 
 
 def stream_until(port: int, done: threading.Event, frames: list[int], every_step: bool) -> None:
@@ -164,6 +164,7 @@ def main() -> None:
             rate = statistics.median(r.verified_per_s for r in runs[variant])
             taken = statistics.median(r.verify_share for r in runs[variant])
             print(f"{'':<28} {rate:.1f} references/s, {100 * taken:.1f}% of the workload's time")
+
 
 if __name__ == "__main__":
     main()

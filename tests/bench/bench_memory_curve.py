@@ -38,7 +38,8 @@ def main() -> None:
             curves = [memory_curve(oracle, perturbation, seed=seed) for seed in range(args.seeds)]
             low = [min(curve[i] for curve in curves) for i in range(len(CHECKPOINTS))]
             print(
-                f"{family:11} {perturbation:12} " + "  ".join(f"{d:6.3f}" for d in low)
+                f"{family:11} {perturbation:12} "
+                + "  ".join(f"{d:6.3f}" for d in low)
                 + f"   after {CHECKPOINTS[-1]}: {low[-1] / TOLERANCE:.1f}x the tolerance"
             )
 

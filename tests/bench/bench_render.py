@@ -68,24 +68,53 @@ def build(n_nodes: int, n_requests: int = 8, seed: int = 0) -> CacheState:
             slots[own[1 + k]] = [SlotClaim(slot=own[1 + k], kind="ping_pong", rid=rid, ping_pong_index=k, last_tracked=k == 0)]
         end = depth[last] + key_len[last]
         requests[rid] = RequestRecord(
-            rid=rid, state="running", row=r, prompt_len=end, output_len=7, prefix_len=end, cache_protected_len=end,
-            committed_len=end, allocated_len=end + 7, last_node=NodeId(last), working_slot=own[0], ping_pong=own[1:],
-            ping_pong_empty=[False, True], next_track_idx=1, last_track_idx=0, last_track_seqlen=end, prev_track_seqlen=0,
-            cow_source=SlotId(-1), needs_clear=False, kv_runs=[(0, end + 7)],
+            rid=rid,
+            state="running",
+            row=r,
+            prompt_len=end,
+            output_len=7,
+            prefix_len=end,
+            cache_protected_len=end,
+            committed_len=end,
+            allocated_len=end + 7,
+            last_node=NodeId(last),
+            working_slot=own[0],
+            ping_pong=own[1:],
+            ping_pong_empty=[False, True],
+            next_track_idx=1,
+            last_track_idx=0,
+            last_track_seqlen=end,
+            prev_track_seqlen=0,
+            cow_source=SlotId(-1),
+            needs_clear=False,
+            kv_runs=[(0, end + 7)],
         )
     nodes = {}
     for i in range(n_nodes):
         tokens = [rng.randrange(3, 50_000) for _ in range(min(key_len[i], 32))]
         lock = 1 if i in locked else 0
         nodes[NodeId(i)] = NodeRecord(
-            id=NodeId(i), parent=NodeId(parent[i]), depth=depth[i], key_len=key_len[i], tokens=pack_tokens(tokens),
-            key_hash=key_hash(tokens), kv_runs=[(depth[i] * 3, key_len[i])] if key_len[i] else [], kv_evicted=False,
-            mamba_slot=SlotId(node_slot[i]), full_lock=lock, mamba_lock=lock, in_full_lru=not lock,
-            in_mamba_lru=node_slot[i] != -1 and not lock, evictable=i not in has_child and not lock, last_access=float(i),
-            hit_count=i % 3, tombstone=False,
+            id=NodeId(i),
+            parent=NodeId(parent[i]),
+            depth=depth[i],
+            key_len=key_len[i],
+            tokens=pack_tokens(tokens),
+            key_hash=key_hash(tokens),
+            kv_runs=[(depth[i] * 3, key_len[i])] if key_len[i] else [],
+            kv_evicted=False,
+            mamba_slot=SlotId(node_slot[i]),
+            full_lock=lock,
+            mamba_lock=lock,
+            in_full_lru=not lock,
+            in_mamba_lru=node_slot[i] != -1 and not lock,
+            evictable=i not in has_child and not lock,
+            last_access=float(i),
+            hit_count=i % 3,
+            tombstone=False,
         )
-    return CacheState(step=Step(1), nodes=nodes, slots=slots, requests=requests,
-                      kv=KvState(page_size=PAGE, size=n_nodes * 400, free_runs=[]))
+    return CacheState(
+        step=Step(1), nodes=nodes, slots=slots, requests=requests, kv=KvState(page_size=PAGE, size=n_nodes * 400, free_runs=[])
+    )
 
 
 def case(label: str, state: CacheState, max_nodes: int) -> None:

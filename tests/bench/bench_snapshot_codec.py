@@ -18,11 +18,11 @@ from mcinspect.schema import (
     Counters,
     KvState,
     NodeRecord,
-    Snapshot,
     SlotClaim,
+    Snapshot,
     decode_reply,
-    pack_tokens,
     encoder,
+    pack_tokens,
 )
 
 
@@ -32,9 +32,22 @@ def build(n_nodes: int, seed: int = 0) -> Snapshot:
     for i in range(1, n_nodes + 1):
         tokens = pack_tokens([rng.randrange(3, 512) for _ in range(32)])
         nodes[i] = NodeRecord(
-            id=i, parent=(i - 1) // 4, depth=64 * (i.bit_length()), key_len=64, tokens=tokens, key_hash=rng.getrandbits(64),
-            kv_runs=[(64 * i, 64)], kv_evicted=False, mamba_slot=i % 4096 if i % 8 == 0 else -1, full_lock=0, mamba_lock=0,
-            in_full_lru=True, in_mamba_lru=i % 8 == 0, evictable=i > n_nodes // 4, last_access=float(i), hit_count=i % 5,
+            id=i,
+            parent=(i - 1) // 4,
+            depth=64 * (i.bit_length()),
+            key_len=64,
+            tokens=tokens,
+            key_hash=rng.getrandbits(64),
+            kv_runs=[(64 * i, 64)],
+            kv_evicted=False,
+            mamba_slot=i % 4096 if i % 8 == 0 else -1,
+            full_lock=0,
+            mamba_lock=0,
+            in_full_lru=True,
+            in_mamba_lru=i % 8 == 0,
+            evictable=i > n_nodes // 4,
+            last_access=float(i),
+            hit_count=i % 5,
             tombstone=False,
         )
     slots = {s: [SlotClaim(slot=s, kind="tree" if s % 2 else "free", node=s)] for s in range(1, 4097)}

@@ -154,7 +154,9 @@ async def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (a busy machine inflates every figure)")
     began = time.perf_counter()
     state = build_state()
-    print(f"built {len(state.nodes):,} nodes, {len(state.slots):,} slots, {len(state.requests):,} requests in {time.perf_counter() - began:.1f} s")
+    print(
+        f"built {len(state.nodes):,} nodes, {len(state.slots):,} slots, {len(state.requests):,} requests in {time.perf_counter() - began:.1f} s"
+    )
     rng = random.Random(1)
     states, changes = [state], [None]
     for _ in range(4):

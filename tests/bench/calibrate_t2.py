@@ -63,7 +63,11 @@ def run_one(model: str, strategy: str, page_size: int, fault: str | None, reques
             for slot, content in contents.items():
                 if is_verified(content) and content.recompute_oracle == oracle:
                     key = (slot, content.fingerprint, content.step)
-                    distances[key] = (tolerance_class(oracle, forward_of(content)), content.recompute_conv_rel_l2, content.recompute_temporal_rel_l2)
+                    distances[key] = (
+                        tolerance_class(oracle, forward_of(content)),
+                        content.recompute_conv_rel_l2,
+                        content.recompute_temporal_rel_l2,
+                    )
         check = subprocess.run([MCINSPECT, "check", recording, "--json"], capture_output=True, text=True)
     violations = collections.Counter(json.loads(line)["check"] for line in check.stdout.splitlines())
     return {
@@ -97,10 +101,7 @@ def summarize(name: str, values: list[float]) -> str:
         return f"{name}: none"
     q = sorted(values)
     pct = lambda p: q[min(len(q) - 1, int(p * len(q)))]  # noqa: E731
-    return (
-        f"{name}: n={len(q)} min={q[0]:.3g} p10={pct(0.1):.3g} median={statistics.median(q):.3g} "
-        f"p90={pct(0.9):.3g} max={q[-1]:.3g}"
-    )
+    return f"{name}: n={len(q)} min={q[0]:.3g} p10={pct(0.1):.3g} median={statistics.median(q):.3g} p90={pct(0.9):.3g} max={q[-1]:.3g}"
 
 
 def main() -> None:
@@ -121,7 +122,16 @@ def main() -> None:
         runs = [(f"clean {s} p{p}", s, p, None) for s, p in CONFIGS] + [(f"{f} extra_buffer p16", "extra_buffer", 16, f) for f in FAULTS]
         results = {}
         for name, strategy, page, fault in runs:
-            child = [sys.executable, __file__, "--requests", str(args.requests), "--oracle", args.oracle, "--one", f"{model},{strategy},{page},{fault or ''}"]
+            child = [
+                sys.executable,
+                __file__,
+                "--requests",
+                str(args.requests),
+                "--oracle",
+                args.oracle,
+                "--one",
+                f"{model},{strategy},{page},{fault or ''}",
+            ]
             r = json.loads(subprocess.run(child, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
             results[name] = r
             worst = [max((d[i] for d in r["distances"]), default=0.0) for i in (1, 2)]
@@ -147,7 +157,10 @@ def main() -> None:
                     line += f", min {above[0]:.3g}, margin (faulty min / clean max) {above[0] / clean_max:.3g}x"
                 print(line)
         if args.oracle == "transformers":
-            print(f"  {model}: oracle cost per prefix (lengths 64..512): {oracle_cost(model, [64, 128, 256, 384, 512]) * 1000:.0f} ms", flush=True)
+            print(
+                f"  {model}: oracle cost per prefix (lengths 64..512): {oracle_cost(model, [64, 128, 256, 384, 512]) * 1000:.0f} ms",
+                flush=True,
+            )
     for (cls, component), (clean, faulty) in sorted(overall.items()):
         tolerance = TOLERANCE_REL_L2[cls][component]
         print(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 from live_demo import LiveDemo, run_live_demo
 
 

@@ -11,13 +11,14 @@ import threading
 import time
 
 import pytest
-from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
-from waiting import until
 
 from mcinspect.client import EngineUnreachable, request
 from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snapshot, Stats
 from mcinspect.session import Session
 from mcinspect.target import Target
+
+from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
+from waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,9 @@ def test_unwatched_and_live_steps_are_skipped_and_caught_up() -> None:
     port = free_port_pair()
     env, tag = tagged_env()
     command = [MCINSPECT, "demo", "--json", "--serve", "--self-check", "--port", str(port), "--requests", str(REQUESTS)]
-    process = subprocess.Popen(command, env=env | {"MCINSPECT_CAPTURE": "on-demand"}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        command, env=env | {"MCINSPECT_CAPTURE": "on-demand"}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     target = Target("127.0.0.1", port)
     summary: list[str] = []
     threading.Thread(target=lambda: summary.append(process.stdout.readline()), daemon=True).start()

@@ -35,4 +35,6 @@ def test_nemotron_h_hits_are_bit_exact_clean_and_diverge_under_wrong_chunk_state
     assert clean["max_abs_logprob_diff_on_hits"] == 0.0 and clean["diverged"] == []
     faulty = differential("nemotron-h", "wrong-chunk-state")
     assert faulty["hits"] >= 10 and faulty["diverged"], faulty
-    print(f"nemotron-h: clean {clean['hits']} hits bit-exact; wrong-chunk-state: {len(faulty['diverged'])} of {faulty['hits']} hits diverge")
+    print(
+        f"nemotron-h: clean {clean['hits']} hits bit-exact; wrong-chunk-state: {len(faulty['diverged'])} of {faulty['hits']} hits diverge"
+    )

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
 
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import CowEvent, Delta, InsertEvent, WorkingStateEvent
+
+from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +87,7 @@ def test_workload_runs_hits_the_cache_and_shuts_down_clean(name: str) -> None:
     assert run.returncode == 0, run.stderr[-4000:]
     summary = run.summary
     assert summary["requests"] == REQUESTS
-    assert summary["generated_tokens"] == REQUESTS * 12
+    assert summary["generated_tokens"] == summary["requested_tokens"] > REQUESTS * 12  # few-shot answers are longer
     # no_buffer caches a state only where a request ends: the next turn of a conversation hits
     assert summary["cached_by_kind"]["multi-turn"] > 0
     if name != "no_buffer-p1":  # extra_buffer tracks states inside the prompt: shared prefixes hit

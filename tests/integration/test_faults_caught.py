@@ -119,7 +119,9 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(
     caught = sorted((v for v in violations if v["check"] in spec.expected_checks), key=lambda v: v["step"])
     assert caught, f"{fault}: expected {spec.expected_checks}, got {sorted({v['check'] for v in violations})}"
     detection = caught[0]
-    print(f"{fault} {model} {strategy} page {page_size} {tree_core}: first action at step {first}, {detection['check']} at +{detection['step'] - first}")
+    print(
+        f"{fault} {model} {strategy} page {page_size} {tree_core}: first action at step {first}, {detection['check']} at +{detection['step'] - first}"
+    )
     assert 0 <= detection["step"] - first <= DETECTION_STEPS, f"{fault}: first action at step {first}, caught at {detection}"
     touched = {
         "slots": {a["slot"] for a in actions if a["slot"] is not None},
@@ -146,4 +148,3 @@ def test_clean_run_has_no_violations(model: str, strategy: str, page_size: int, 
     assert summary["stats"]["evicted_mamba_slots"] > 0  # the run did exercise eviction
     assert summary["engine"]["model_family"] == model
     assert violations == []
-

@@ -14,13 +14,14 @@ import time
 
 import msgspec
 import pytest
-from engine_runs import MCINSPECT
-from live_demo import REQUESTS, LiveDemo, open_fds, snapshot_of
-from waiting import until
 
 from mcinspect.client import request
 from mcinspect.schema import SCHEMA_VERSION, GetStats, Hello, Snapshot, Stats
 from mcinspect.session import Session
+
+from engine_runs import MCINSPECT
+from live_demo import REQUESTS, LiveDemo, open_fds, snapshot_of
+from waiting import until
 
 pytestmark = pytest.mark.slow
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 
 import pytest
+
 from engine_runs import MCINSPECT
 from live_demo import LiveDemo, snapshot_of
 

@@ -124,12 +124,16 @@ def run_live_demo(workdir: Path) -> Iterator[LiveDemo]:
         sessions.append(stalled)
         # a client killed mid-stream
         victim = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(f"""
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(f"""
                 from mcinspect.session import Session
                 from mcinspect.target import Target
                 s = Session(Target("127.0.0.1", {port})); s.connect()
                 while True: s.poll(0.05)
-            """)]
+            """),
+            ]
         )
         pid = request(target, Hello(schema_version=SCHEMA_VERSION)).pid
         rejected_before = request(target, GetStats(schema_version=SCHEMA_VERSION)).counters.rejected_requests
@@ -140,9 +144,7 @@ def run_live_demo(workdir: Path) -> Iterator[LiveDemo]:
         victim.wait()
         line = process.stdout.readline()  # the summary, printed once the workload is done
         assert line, "demo exited early:\n" + "".join(stderr_lines[-40:])
-        yield LiveDemo(
-            process, target, tag, early, stalled, json.loads(line), rejected_before, sent, fds_during, recorder, recording
-        )
+        yield LiveDemo(process, target, tag, early, stalled, json.loads(line), rejected_before, sent, fds_during, recorder, recording)
     finally:
         if recorder is not None and recorder.poll() is None:
             recorder.send_signal(signal.SIGINT)

@@ -45,10 +45,22 @@ def make_state(
         tokens = list(range(depth[node], depth[node] + key_len))
         lock = 1 if node in locked else 0
         nodes[NodeId(node)] = NodeRecord(
-            id=NodeId(node), parent=NodeId(parent), depth=depth[node], key_len=key_len, tokens=pack_tokens(tokens[:32]),
-            key_hash=key_hash(tokens), kv_runs=[(depth[node], key_len)], kv_evicted=False,
-            mamba_slot=SlotId(slots.get(node, -1)), full_lock=lock, mamba_lock=lock, in_full_lru=not lock,
-            in_mamba_lru=node in slots and not lock, evictable=node in evictable, last_access=1.0, hit_count=0,
+            id=NodeId(node),
+            parent=NodeId(parent),
+            depth=depth[node],
+            key_len=key_len,
+            tokens=pack_tokens(tokens[:32]),
+            key_hash=key_hash(tokens),
+            kv_runs=[(depth[node], key_len)],
+            kv_evicted=False,
+            mamba_slot=SlotId(slots.get(node, -1)),
+            full_lock=lock,
+            mamba_lock=lock,
+            in_full_lru=not lock,
+            in_mamba_lru=node in slots and not lock,
+            evictable=node in evictable,
+            last_access=1.0,
+            hit_count=0,
             tombstone=node in tombstones,
         )
     claims: dict[SlotId, list[SlotClaim]] = {}
@@ -58,23 +70,48 @@ def make_state(
         if request.working_slot != -1:
             claims.setdefault(request.working_slot, []).append(SlotClaim(slot=request.working_slot, kind="working", rid=request.rid))
         for index, slot in enumerate(request.ping_pong):
-            claims.setdefault(slot, []).append(SlotClaim(
-                slot=slot, kind="ping_pong", rid=request.rid, ping_pong_index=index,
-                last_tracked=index == request.last_track_idx, seqlen=request.last_track_seqlen,
-            ))
+            claims.setdefault(slot, []).append(
+                SlotClaim(
+                    slot=slot,
+                    kind="ping_pong",
+                    rid=request.rid,
+                    ping_pong_index=index,
+                    last_tracked=index == request.last_track_idx,
+                    seqlen=request.last_track_seqlen,
+                )
+            )
     return CacheState(
-        step=Step(3), nodes=nodes, slots=claims, requests={r.rid: r for r in requests},
-        kv=KvState(page_size=4, size=100_000, free_runs=[]), contents=contents or {},
+        step=Step(3),
+        nodes=nodes,
+        slots=claims,
+        requests={r.rid: r for r in requests},
+        kv=KvState(page_size=4, size=100_000, free_runs=[]),
+        contents=contents or {},
     )
 
 
 def make_request(rid: str, last_node: int, working: int, ping_pong: tuple[int, int], last_track_idx: int = 1) -> RequestRecord:
     return RequestRecord(
-        rid=Rid(rid), state="running", row=0, prompt_len=64, output_len=3, prefix_len=48, cache_protected_len=48,
-        committed_len=64, allocated_len=67, last_node=NodeId(last_node), working_slot=SlotId(working),
-        ping_pong=[SlotId(s) for s in ping_pong], ping_pong_empty=[False, False], next_track_idx=1 - last_track_idx,
-        last_track_idx=last_track_idx, last_track_seqlen=64, prev_track_seqlen=48, cow_source=SlotId(-1),
-        needs_clear=False, kv_runs=[(0, 67)],
+        rid=Rid(rid),
+        state="running",
+        row=0,
+        prompt_len=64,
+        output_len=3,
+        prefix_len=48,
+        cache_protected_len=48,
+        committed_len=64,
+        allocated_len=67,
+        last_node=NodeId(last_node),
+        working_slot=SlotId(working),
+        ping_pong=[SlotId(s) for s in ping_pong],
+        ping_pong_empty=[False, False],
+        next_track_idx=1 - last_track_idx,
+        last_track_idx=last_track_idx,
+        last_track_seqlen=64,
+        prev_track_seqlen=48,
+        cow_source=SlotId(-1),
+        needs_clear=False,
+        kv_runs=[(0, 67)],
     )
 
 

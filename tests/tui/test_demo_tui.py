@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from engine_runs import free_port_pair, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,9 @@ Update after an intended change with `pytest tests/tui --snapshot-update` and lo
 from __future__ import annotations
 
 import pytest
-from helpers import settle_then
 from snapshot_apps.replay_app import make_app, make_disconnected_app
+
+from helpers import settle_then
 
 SIZES = [pytest.param((100, 30), id="100x30"), pytest.param((160, 45), id="160x45")]
 

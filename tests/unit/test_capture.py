@@ -18,6 +18,7 @@ from collections.abc import Iterator  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
+from cache_driver import Driver  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.components.base import ComponentType  # noqa: E402
@@ -39,11 +40,11 @@ from mcinspect.schema import (  # noqa: E402
     from_runs,
     key_hash,
 )
-import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
-from cache_driver import Driver  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture, DeltaParts  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+
+import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
 FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
 SLOTS = 40

@@ -53,9 +53,22 @@ R1, R2 = Rid("r1"), Rid("r2")
 
 def engine(strategy: str = "extra_buffer", overlap: bool = True, track_writes: str = "all") -> EngineInfo:
     return EngineInfo(
-        schema_version=2, sglang_version="0.5.23", model_path="tiny", strategy=strategy, page_size=1, overlap=overlap,
-        tree_core="UnifiedTreeCore", full_tree_detail=True, mamba_pool_size=8, kv_pool_tokens=4096,
-        tp_rank=0, dp_rank=0, pid=1, request_port=7777, stream_port=7778, track_writes=track_writes,  # type: ignore[arg-type]
+        schema_version=2,
+        sglang_version="0.5.23",
+        model_path="tiny",
+        strategy=strategy,
+        page_size=1,
+        overlap=overlap,
+        tree_core="UnifiedTreeCore",
+        full_tree_detail=True,
+        mamba_pool_size=8,
+        kv_pool_tokens=4096,
+        tp_rank=0,
+        dp_rank=0,
+        pid=1,
+        request_port=7777,
+        stream_port=7778,
+        track_writes=track_writes,  # type: ignore[arg-type]
     )
 
 
@@ -66,10 +79,26 @@ def record(node_id: int, parent: int, depth: int, key_len: int, slot: int = -1, 
 
 def request(rid: Rid, **fields: object) -> RequestRecord:
     base = dict(
-        rid=rid, state="running", row=1, prompt_len=100, output_len=0, prefix_len=0, cache_protected_len=0,
-        committed_len=0, allocated_len=100, last_node=ROOT, working_slot=SlotId(-1), ping_pong=[], ping_pong_empty=[],
-        next_track_idx=-1, last_track_idx=-1, last_track_seqlen=-1, prev_track_seqlen=-1, cow_source=SlotId(-1),
-        needs_clear=False, kv_runs=[],
+        rid=rid,
+        state="running",
+        row=1,
+        prompt_len=100,
+        output_len=0,
+        prefix_len=0,
+        cache_protected_len=0,
+        committed_len=0,
+        allocated_len=100,
+        last_node=ROOT,
+        working_slot=SlotId(-1),
+        ping_pong=[],
+        ping_pong_empty=[],
+        next_track_idx=-1,
+        last_track_idx=-1,
+        last_track_seqlen=-1,
+        prev_track_seqlen=-1,
+        cow_source=SlotId(-1),
+        needs_clear=False,
+        kv_runs=[],
     )
     base.update(fields)
     return RequestRecord(**base)  # type: ignore[arg-type]
@@ -158,10 +187,7 @@ class World:
             while node.parent >= 0:
                 full[node.id] = full.get(node.id, 0) + 1
                 node = self.nodes[node.parent]
-        return {
-            i: n if i == ROOT else replace(n, full_lock=full.get(i, 0), mamba_lock=mamba.get(i, 0))
-            for i, n in self.nodes.items()
-        }
+        return {i: n if i == ROOT else replace(n, full_lock=full.get(i, 0), mamba_lock=mamba.get(i, 0)) for i, n in self.nodes.items()}
 
 
 def _truncate(runs: Runs, tokens: int) -> Runs:
@@ -201,64 +227,145 @@ def clean_history() -> list[Step_]:
     out: list[Step_] = []
     # step 1: admission; prefill plans slot 2 (ping-pong 0) at position 64
     working, pp = w.alloc(1), w.alloc(2)
-    w.put(R1, private=[(50_000, 100)], working_slot=working[0], ping_pong=pp, ping_pong_empty=[False, False], next_track_idx=1, last_track_idx=0, last_track_seqlen=64)
-    out.append((w.state(1), [
-        MatchEvent(step=Step(1), rid=R1, hit_len=0, node=ROOT, cow_source=SlotId(-1)),
-        SlotEvent(step=Step(1), slots=working, allocated=True),
-        SlotEvent(step=Step(1), slots=pp, allocated=True),
-        RequestEvent(step=Step(1), rid=R1, what="admit"),
-        TrackPlanEvent(step=Step(1), rid=R1, slot=pp[0], position=64, forward="extend"),
-        CowEvent(step=Step(1), sources=[], destinations=[], source_fingerprints=[], destination_fingerprints=[], cleared=[working[0]], cleared_zero=[True]),
-        TrackWriteEvent(step=Step(1), forward="extend", rids=[R1], mask=[True], planned=[pp[0]], positions=[64], written=[pp[0]]),
-    ]))
+    w.put(
+        R1,
+        private=[(50_000, 100)],
+        working_slot=working[0],
+        ping_pong=pp,
+        ping_pong_empty=[False, False],
+        next_track_idx=1,
+        last_track_idx=0,
+        last_track_seqlen=64,
+    )
+    out.append(
+        (
+            w.state(1),
+            [
+                MatchEvent(step=Step(1), rid=R1, hit_len=0, node=ROOT, cow_source=SlotId(-1)),
+                SlotEvent(step=Step(1), slots=working, allocated=True),
+                SlotEvent(step=Step(1), slots=pp, allocated=True),
+                RequestEvent(step=Step(1), rid=R1, what="admit"),
+                TrackPlanEvent(step=Step(1), rid=R1, slot=pp[0], position=64, forward="extend"),
+                CowEvent(
+                    step=Step(1),
+                    sources=[],
+                    destinations=[],
+                    source_fingerprints=[],
+                    destination_fingerprints=[],
+                    cleared=[working[0]],
+                    cleared_zero=[True],
+                ),
+                TrackWriteEvent(step=Step(1), forward="extend", rids=[R1], mask=[True], planned=[pp[0]], positions=[64], written=[pp[0]]),
+            ],
+        )
+    )
     # step 2: checkpoint donates slot 2 to node 1 (depth 0..64); slot 4 replaces it
     (fresh,) = w.alloc(1)
     w.add(1, 0, 64, slot=pp[0], kv_start=50_000)
     w.private[R1] = [(50_064, 36)]
     w.put(R1, ping_pong=[fresh, pp[1]], last_node=NodeId(1), cache_protected_len=64, prefix_len=64)
     w.fingerprint(pp[0], 0xA1, 2)
-    out.append((w.state(2), [
-        SlotEvent(step=Step(2), slots=[fresh], allocated=True),
-        InsertEvent(step=Step(2), rid=R1, node=NodeId(1), slot=pp[0], seqlen=64, ping_pong_index=0),
-    ]))
+    out.append(
+        (
+            w.state(2),
+            [
+                SlotEvent(step=Step(2), slots=[fresh], allocated=True),
+                InsertEvent(step=Step(2), rid=R1, node=NodeId(1), slot=pp[0], seqlen=64, ping_pong_index=0),
+            ],
+        )
+    )
     # step 3: decode boundary: slot 3 (ping-pong 1) planned at 128; slot 2 fingerprinted again
     w.private[R1] = [(50_064, 100)]
     w.put(R1, output_len=28, allocated_len=164, next_track_idx=0, last_track_idx=1, last_track_seqlen=128, prev_track_seqlen=64)
     w.fingerprint(pp[0], 0xA1, 3)
-    out.append((w.state(3), [
-        TrackPlanEvent(step=Step(3), rid=R1, slot=pp[1], position=128, forward="decode"),
-        TrackWriteEvent(step=Step(3), forward="decode", rids=[R1, Rid("")], mask=[True, False], planned=[pp[1], SlotId(0)], positions=[128, -1], written=[pp[1], SlotId(0)]),
-    ]))
+    out.append(
+        (
+            w.state(3),
+            [
+                TrackPlanEvent(step=Step(3), rid=R1, slot=pp[1], position=128, forward="decode"),
+                TrackWriteEvent(
+                    step=Step(3),
+                    forward="decode",
+                    rids=[R1, Rid("")],
+                    mask=[True, False],
+                    planned=[pp[1], SlotId(0)],
+                    positions=[128, -1],
+                    written=[pp[1], SlotId(0)],
+                ),
+            ],
+        )
+    )
     # step 4: r1 finishes: slot 3 cached at node 2 (64..128); working and slot 4 freed
     w.add(2, 1, 64, slot=pp[1], kv_start=50_064)
     del w.requests[R1], w.private[R1]
     w.release(working[0], fresh)
     w.fingerprint(pp[1], 0xB2, 4)
-    out.append((w.state(4), [
-        InsertEvent(step=Step(4), rid=R1, node=NodeId(2), slot=pp[1], seqlen=128, ping_pong_index=1),
-        SlotEvent(step=Step(4), slots=[working[0]], allocated=False),
-        SlotEvent(step=Step(4), slots=[fresh], allocated=False),
-        RequestEvent(step=Step(4), rid=R1, what="finish"),
-    ]))
+    out.append(
+        (
+            w.state(4),
+            [
+                InsertEvent(step=Step(4), rid=R1, node=NodeId(2), slot=pp[1], seqlen=128, ping_pong_index=1),
+                SlotEvent(step=Step(4), slots=[working[0]], allocated=False),
+                SlotEvent(step=Step(4), slots=[fresh], allocated=False),
+                RequestEvent(step=Step(4), rid=R1, what="finish"),
+            ],
+        )
+    )
     # step 5: r2 hits node 2 (128 tokens) and copies slot 3 into a fresh working slot
     (dst,) = w.alloc(1)
     pp2 = w.alloc(2)
-    w.put(R2, private=[(60_000, 40)], working_slot=dst, ping_pong=pp2, ping_pong_empty=[False, False], next_track_idx=0, last_track_idx=1, last_node=NodeId(2), cache_protected_len=128, prefix_len=128, allocated_len=168, row=2)
-    out.append((w.state(5), [
-        SlotEvent(step=Step(5), slots=[dst], allocated=True),
-        MatchEvent(step=Step(5), rid=R2, hit_len=128, node=NodeId(2), cow_source=pp[1]),
-        SlotEvent(step=Step(5), slots=pp2, allocated=True),
-        RequestEvent(step=Step(5), rid=R2, what="admit"),
-        CowEvent(step=Step(5), sources=[pp[1]], destinations=[dst], source_fingerprints=[], destination_fingerprints=[], cleared=[], cleared_zero=[]),
-    ]))
+    w.put(
+        R2,
+        private=[(60_000, 40)],
+        working_slot=dst,
+        ping_pong=pp2,
+        ping_pong_empty=[False, False],
+        next_track_idx=0,
+        last_track_idx=1,
+        last_node=NodeId(2),
+        cache_protected_len=128,
+        prefix_len=128,
+        allocated_len=168,
+        row=2,
+    )
+    out.append(
+        (
+            w.state(5),
+            [
+                SlotEvent(step=Step(5), slots=[dst], allocated=True),
+                MatchEvent(step=Step(5), rid=R2, hit_len=128, node=NodeId(2), cow_source=pp[1]),
+                SlotEvent(step=Step(5), slots=pp2, allocated=True),
+                RequestEvent(step=Step(5), rid=R2, what="admit"),
+                CowEvent(
+                    step=Step(5),
+                    sources=[pp[1]],
+                    destinations=[dst],
+                    source_fingerprints=[],
+                    destination_fingerprints=[],
+                    cleared=[],
+                    cleared_zero=[],
+                ),
+            ],
+        )
+    )
     # step 6: r2 finishes without caching anything
     del w.requests[R2], w.private[R2]
     w.release(dst, *pp2)
-    out.append((w.state(6), [SlotEvent(step=Step(6), slots=[dst, *pp2], allocated=False), RequestEvent(step=Step(6), rid=R2, what="finish")]))
+    out.append(
+        (w.state(6), [SlotEvent(step=Step(6), slots=[dst, *pp2], allocated=False), RequestEvent(step=Step(6), rid=R2, what="finish")])
+    )
     # step 7: node 2 is evicted with its slot 3
     del w.nodes[NodeId(2)]
     w.release(pp[1])
-    out.append((w.state(7), [SlotEvent(step=Step(7), slots=[pp[1]], allocated=False), EvictEvent(step=Step(7), nodes=[NodeId(2)], slots=[pp[1]], tokens=64)]))
+    out.append(
+        (
+            w.state(7),
+            [
+                SlotEvent(step=Step(7), slots=[pp[1]], allocated=False),
+                EvictEvent(step=Step(7), nodes=[NodeId(2)], slots=[pp[1]], tokens=64),
+            ],
+        )
+    )
     return out
 
 
@@ -724,7 +831,18 @@ def _chain(depth: int) -> CacheState:
     w.nodes[NodeId(depth)] = replace(w.nodes[NodeId(depth)], mamba_slot=SlotId(1), in_mamba_lru=True)
     w.alloc(1)
     working, pp = w.alloc(1), w.alloc(2)
-    w.put(R1, private=[(4 * depth, 8)], working_slot=working[0], ping_pong=pp, ping_pong_empty=[False, False], next_track_idx=0, last_track_idx=1, last_node=NodeId(depth), cache_protected_len=4 * depth, allocated_len=4 * depth + 8)
+    w.put(
+        R1,
+        private=[(4 * depth, 8)],
+        working_slot=working[0],
+        ping_pong=pp,
+        ping_pong_empty=[False, False],
+        next_track_idx=0,
+        last_track_idx=1,
+        last_node=NodeId(depth),
+        cache_protected_len=4 * depth,
+        allocated_len=4 * depth + 8,
+    )
     return w.state(1)
 
 
@@ -775,7 +893,10 @@ def test_a_donated_slot_no_forward_wrote_is_reported_at_its_donation() -> None:
     """#30862 / #24613: the plan exists, the copy never ran, the slot is donated anyway."""
     at_forward, at_donation = run(_writes(clean_history(), 0, drop=True), names=["write-ran"])
     assert (at_forward.step, at_forward.slots, at_forward.rids) == (1, (2,), (R1,))
-    assert "r1's extend forward ran (its deferred copies did) but no track copy wrote its state at position 64 into slot 2" in at_forward.reason
+    assert (
+        "r1's extend forward ran (its deferred copies did) but no track copy wrote its state at position 64 into slot 2"
+        in at_forward.reason
+    )
     assert (at_donation.step, at_donation.slots, at_donation.nodes, at_donation.rids) == (2, (2,), (1,), (R1,))
     assert "was never written by a forward since its allocation at step 1 (planned at step 1, position 64)" in at_donation.reason
 

@@ -8,11 +8,12 @@ from mcinspect_engine_hooks.cpu_engine import patches
 patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
 
 import torch  # noqa: E402
-from cpu_cache import build_cache  # noqa: E402
 
 from mcinspect.schema import SlotId, Step  # noqa: E402
 from mcinspect_engine_hooks.contents import RECHECK_EVERY, ContentCapture  # noqa: E402
 from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
+
+from cpu_cache import build_cache  # noqa: E402
 
 
 def test_fingerprints_follow_ownership_and_in_place_changes() -> None:

@@ -13,7 +13,6 @@ from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from cpu_cache import build_cache, install_hooks  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: E402
 
@@ -24,6 +23,8 @@ from mcinspect_engine_hooks.cow_hooks import CowHooks, cow_hook  # noqa: E402
 from mcinspect_engine_hooks.event_sink import EventSink  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
+
+from cpu_cache import build_cache, install_hooks  # noqa: E402
 
 
 @pytest.fixture
@@ -84,7 +85,12 @@ def test_an_extend_forward_with_nothing_to_copy_says_so_and_decode_forwards_say_
     """Check cow-ran reads an extend forward's event, empty or not, as "its deferred copies ran"."""
     runner, sink = hooked
     forward(runner, [], [], [])
-    batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, mamba_cow_src_indices=torch.tensor([3]), mamba_cow_dst_indices=torch.tensor([10]), mamba_clear_indices=None)
+    batch = SimpleNamespace(
+        forward_mode=ForwardMode.DECODE,
+        mamba_cow_src_indices=torch.tensor([3]),
+        mamba_cow_dst_indices=torch.tensor([10]),
+        mamba_clear_indices=None,
+    )
     ModelRunner._maybe_execute_deferred_mamba_cow_and_clear(runner, batch)
     (event,) = sink.drain(Step(1))
     assert (event.sources, event.destinations, event.cleared, event.source_fingerprints) == ([], [], [], [])

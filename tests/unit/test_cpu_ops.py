@@ -161,8 +161,9 @@ def test_chunk_gated_delta_rule_varlen_batch(dtype, tol):
     chunk_row = 0
     for i, (start, end, slot) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), slots)):
         init = pool_before[slot] if slot >= 0 else None
-        ref_o, ref_states = ref_gated_delta_rule(q[0, start:end], k[0, start:end], v[0, start:end],
-                                                 g[0, start:end], beta[0, start:end], init)
+        ref_o, ref_states = ref_gated_delta_rule(
+            q[0, start:end], k[0, start:end], v[0, start:end], g[0, start:end], beta[0, start:end], init
+        )
         torch.testing.assert_close(o[0, start:end].double(), ref_o, **tol)
         torch.testing.assert_close(final[i].double(), ref_states[-1], **tol)
         # Chunk grid is per sequence: row chunk_row + c holds the state after c * 64 tokens.
@@ -179,9 +180,18 @@ def test_chunk_gated_delta_rule_without_writeback_or_pool():
     q, k, v, g, beta = make_qkvgb(70, torch.float32, seed=2)
     pool = state_pool(3, seed=3)
     pool_before = pool.clone()
-    o, final, _ = chunk_gated_delta_rule_cpu(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu([70]),
-                                             use_qk_l2norm_in_kernel=True,
-                                             initial_state_indices=torch.tensor([2]), inplace_update=False)
+    o, final, _ = chunk_gated_delta_rule_cpu(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        initial_state=pool,
+        cu_seqlens=cu([70]),
+        use_qk_l2norm_in_kernel=True,
+        initial_state_indices=torch.tensor([2]),
+        inplace_update=False,
+    )
     assert torch.equal(pool, pool_before)
     ref_o, ref_states = ref_gated_delta_rule(q[0], k[0], v[0], g[0], beta[0], pool_before[2])
     torch.testing.assert_close(o[0].double(), ref_o, **FP32_TOL)
@@ -230,15 +240,24 @@ def test_chunk_states_at_the_rows_sglang_tracking_reads():
     pool = state_pool(len(extend_lens), seed=5)
     pool_before = pool.clone()
     bounds = cu(extend_lens).tolist()
-    _, _, h = chunk_gated_delta_rule_cpu(q=q, k=k, v=v, g=g, beta=beta, initial_state=pool,
-                                         cu_seqlens=cu(extend_lens), head_first=False,
-                                         use_qk_l2norm_in_kernel=True,
-                                         initial_state_indices=torch.arange(len(extend_lens)))
+    _, _, h = chunk_gated_delta_rule_cpu(
+        q=q,
+        k=k,
+        v=v,
+        g=g,
+        beta=beta,
+        initial_state=pool,
+        cu_seqlens=cu(extend_lens),
+        head_first=False,
+        use_qk_l2norm_in_kernel=True,
+        initial_state_indices=torch.arange(len(extend_lens)),
+    )
     tracked = h.squeeze(0)[torch.tensor(plan.h_src)]  # what _track_mamba_state_extend copies
     for got, row in zip(tracked, plan.h_rows):
         start, end = bounds[row], bounds[row + 1]
-        _, ref_states = ref_gated_delta_rule(q[0, start:end], k[0, start:end], v[0, start:end],
-                                             g[0, start:end], beta[0, start:end], pool_before[row])
+        _, ref_states = ref_gated_delta_rule(
+            q[0, start:end], k[0, start:end], v[0, start:end], g[0, start:end], beta[0, start:end], pool_before[row]
+        )
         aligned = lens_to_track[row] // CHUNK * CHUNK
         torch.testing.assert_close(got.double(), ref_states[aligned], **FP32_TOL)
 
@@ -259,19 +278,26 @@ def test_fused_decode_update_is_one_recurrence_step():
     pool_before = pool.clone()
 
     o = fused_sigmoid_gating_delta_rule_update_cpu(
-        A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        q=q,
+        k=k,
+        v=v,
+        a=a,
+        b=b,
         initial_state_source=pool,
         initial_state_indices=torch.tensor(slots, dtype=torch.int32),
         cu_seqlens=torch.arange(batch + 1, dtype=torch.int32),
-        use_qk_l2norm_in_kernel=True, softplus_beta=1.0, softplus_threshold=20.0,
+        use_qk_l2norm_in_kernel=True,
+        softplus_beta=1.0,
+        softplus_threshold=20.0,
     )
 
     assert o.shape == v.shape and o.dtype == torch.bfloat16
     g, beta = ref_gates(A_log, a, b, dt_bias)
     for i, slot in enumerate(slots):
         init = pool_before[slot] if slot >= 0 else None
-        ref_o, ref_states = ref_gated_delta_rule(q[0, i : i + 1], k[0, i : i + 1], v[0, i : i + 1],
-                                                 g[i : i + 1], beta[i : i + 1], init)
+        ref_o, ref_states = ref_gated_delta_rule(q[0, i : i + 1], k[0, i : i + 1], v[0, i : i + 1], g[i : i + 1], beta[i : i + 1], init)
         torch.testing.assert_close(o[0, i].double(), ref_o[0], **BF16_TOL)
         if slot >= 0:
             # fp32 pool, fp32 math: only the bf16 inputs differ from the reference's view.
@@ -294,23 +320,32 @@ def test_fused_update_target_verify_caches_each_step():
     slots, steps = [1, 3, 4], [2, -1, 0]
 
     o = fused_sigmoid_gating_delta_rule_update_cpu(
-        A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        q=q,
+        k=k,
+        v=v,
+        a=a,
+        b=b,
         initial_state_source=pool,
         initial_state_indices=torch.tensor(slots),
         cu_seqlens=torch.arange(0, batch * draft + 1, draft, dtype=torch.int32),
-        use_qk_l2norm_in_kernel=True, softplus_beta=1.0, softplus_threshold=20.0,
-        is_kda=False, disable_state_update=True,
+        use_qk_l2norm_in_kernel=True,
+        softplus_beta=1.0,
+        softplus_threshold=20.0,
+        is_kda=False,
+        disable_state_update=True,
         intermediate_states_buffer=buffer,
         intermediate_state_indices=torch.tensor(steps, dtype=torch.int32),
-        cache_steps=draft, retrieve_parent_token=None,
+        cache_steps=draft,
+        retrieve_parent_token=None,
     )
 
     assert torch.equal(pool, pool_before)
     g, beta = ref_gates(A_log, a, b, dt_bias)
     for i, (slot, step_row) in enumerate(zip(slots, steps)):
         span = slice(i * draft, (i + 1) * draft)
-        ref_o, ref_states = ref_gated_delta_rule(q[0, span], k[0, span], v[0, span], g[span], beta[span],
-                                                 pool_before[slot])
+        ref_o, ref_states = ref_gated_delta_rule(q[0, span], k[0, span], v[0, span], g[span], beta[span], pool_before[slot])
         torch.testing.assert_close(o[0, span].double(), ref_o, **FP32_TOL)
         if step_row >= 0:
             for t in range(draft):
@@ -333,17 +368,45 @@ def test_decode_continues_chunked_prefill_state():
     whole = pool.clone()
     one = torch.tensor([1])
 
-    chunk_gated_delta_rule_cpu(q=q[:, :-1], k=k[:, :-1], v=v[:, :-1], g=g[:, :-1], beta=beta[:, :-1],
-                               initial_state=pool, cu_seqlens=cu([total - 1]), head_first=False,
-                               use_qk_l2norm_in_kernel=True, initial_state_indices=one)
-    o_step = fused_sigmoid_gating_delta_rule_update_cpu(
-        A_log=A_log, dt_bias=dt_bias, q=q[:, -1:], k=k[:, -1:], v=v[:, -1:], a=a[-1:], b=b[-1:],
-        initial_state_source=pool, initial_state_indices=one, cu_seqlens=cu([1]),
-        use_qk_l2norm_in_kernel=True, softplus_beta=1.0, softplus_threshold=20.0,
+    chunk_gated_delta_rule_cpu(
+        q=q[:, :-1],
+        k=k[:, :-1],
+        v=v[:, :-1],
+        g=g[:, :-1],
+        beta=beta[:, :-1],
+        initial_state=pool,
+        cu_seqlens=cu([total - 1]),
+        head_first=False,
+        use_qk_l2norm_in_kernel=True,
+        initial_state_indices=one,
     )
-    o_all, _, _ = chunk_gated_delta_rule_cpu(q=q, k=k, v=v, g=g, beta=beta, initial_state=whole,
-                                             cu_seqlens=cu([total]), head_first=False,
-                                             use_qk_l2norm_in_kernel=True, initial_state_indices=one)
+    o_step = fused_sigmoid_gating_delta_rule_update_cpu(
+        A_log=A_log,
+        dt_bias=dt_bias,
+        q=q[:, -1:],
+        k=k[:, -1:],
+        v=v[:, -1:],
+        a=a[-1:],
+        b=b[-1:],
+        initial_state_source=pool,
+        initial_state_indices=one,
+        cu_seqlens=cu([1]),
+        use_qk_l2norm_in_kernel=True,
+        softplus_beta=1.0,
+        softplus_threshold=20.0,
+    )
+    o_all, _, _ = chunk_gated_delta_rule_cpu(
+        q=q,
+        k=k,
+        v=v,
+        g=g,
+        beta=beta,
+        initial_state=whole,
+        cu_seqlens=cu([total]),
+        head_first=False,
+        use_qk_l2norm_in_kernel=True,
+        initial_state_indices=one,
+    )
     torch.testing.assert_close(o_step[0, 0], o_all[0, -1], **FP32_TOL)
     torch.testing.assert_close(pool, whole, **FP32_TOL)
 
@@ -397,7 +460,9 @@ def test_causal_conv1d_fn_varlen(activation, with_bias):
     x = torch.randn(sum(lengths), CONV_DIM, generator=gen).transpose(0, 1)
 
     out = causal_conv1d_fn_cpu(
-        x, weight, bias,
+        x,
+        weight,
+        bias,
         activation=activation,
         conv_states=pool,
         has_initial_state=torch.tensor(has_init),
@@ -424,8 +489,7 @@ def test_causal_conv1d_update_decode_and_verify():
     slots = [2, -1, 0, 5]
 
     x = torch.randn(len(slots), CONV_DIM, generator=gen)
-    out = causal_conv1d_update_cpu(x, pool, weight, bias, "silu",
-                                   conv_state_indices=torch.tensor(slots, dtype=torch.int32))
+    out = causal_conv1d_update_cpu(x, pool, weight, bias, "silu", conv_state_indices=torch.tensor(slots, dtype=torch.int32))
     assert out.shape == x.shape
     for i, slot in enumerate(slots):
         if slot == -1:
@@ -443,11 +507,17 @@ def test_causal_conv1d_update_decode_and_verify():
     windows = torch.full((4, draft, CONV_DIM, WIDTH - 1), 9.0)
     step_rows = [1, 3, 0, 2]
     out = causal_conv1d_update_cpu(
-        xs, pool, weight, bias, "silu",
+        xs,
+        pool,
+        weight,
+        bias,
+        "silu",
         conv_state_indices=torch.tensor(slots, dtype=torch.int32),
         intermediate_conv_window=windows,
         intermediate_state_indices=torch.tensor(step_rows, dtype=torch.int32),
-        retrieve_next_token=None, retrieve_next_sibling=None, retrieve_parent_token=None,
+        retrieve_next_token=None,
+        retrieve_next_sibling=None,
+        retrieve_parent_token=None,
     )
     for i, (slot, step_row) in enumerate(zip(slots, step_rows)):
         if slot == -1:
@@ -465,12 +535,28 @@ def test_conv_update_continues_prefill():
     gen, weight, bias, pool = conv_params(17)
     x = torch.randn(CONV_DIM, 8, generator=gen)
     slot = torch.tensor([4], dtype=torch.int32)
-    whole = causal_conv1d_fn_cpu(x, weight, bias, activation="silu", conv_states=pool.clone(),
-                                 has_initial_state=torch.tensor([False]), cache_indices=slot,
-                                 query_start_loc=cu([8]), seq_lens_cpu=[8])
-    causal_conv1d_fn_cpu(x[:, :7], weight, bias, activation="silu", conv_states=pool,
-                         has_initial_state=torch.tensor([False]), cache_indices=slot,
-                         query_start_loc=cu([7]), seq_lens_cpu=[7])
+    whole = causal_conv1d_fn_cpu(
+        x,
+        weight,
+        bias,
+        activation="silu",
+        conv_states=pool.clone(),
+        has_initial_state=torch.tensor([False]),
+        cache_indices=slot,
+        query_start_loc=cu([8]),
+        seq_lens_cpu=[8],
+    )
+    causal_conv1d_fn_cpu(
+        x[:, :7],
+        weight,
+        bias,
+        activation="silu",
+        conv_states=pool,
+        has_initial_state=torch.tensor([False]),
+        cache_indices=slot,
+        query_start_loc=cu([7]),
+        seq_lens_cpu=[7],
+    )
     step = causal_conv1d_update_cpu(x[None, :, 7], pool, weight, bias, "silu", conv_state_indices=slot)
     torch.testing.assert_close(step[0], whole[:, 7], **EXACT_TOL)
 
@@ -478,8 +564,7 @@ def test_conv_update_continues_prefill():
 # ---------------------------------------------------------------- gated rmsnorm
 
 
-@pytest.mark.parametrize(("dtype", "with_weight", "tol"),
-                         [(torch.bfloat16, True, BF16_TOL), (torch.float32, False, FP32_TOL)])
+@pytest.mark.parametrize(("dtype", "with_weight", "tol"), [(torch.bfloat16, True, BF16_TOL), (torch.float32, False, FP32_TOL)])
 def test_fused_rmsnorm_gated(dtype, with_weight, tol):
     gen = torch.Generator().manual_seed(18)
     x = torch.randn(7, V_DIM, generator=gen).to(dtype)
@@ -562,12 +647,17 @@ def test_fused_gate_sigmoid_mul_and_add():
 
 
 def test_registries_name_what_sglang_looks_up():
-    assert set(SGL_KERNEL_MAMBA_OPS) == {"causal_conv1d_fn_cpu", "causal_conv1d_update_cpu",
-                                        "chunk_gated_delta_rule_cpu"}
-    qwen3_5_ops = {"fused_sigmoid_mul_cpu", "fused_qk_gemma_rmsnorm_cpu", "fused_qk_gemma_rmsnorm_with_gate_cpu",
-                   "fused_qkvzba_split_reshape_cat_contiguous_cpu"}
-    assert set(SGL_KERNEL_TORCH_OPS) == {"fused_gdn_gating_cpu", "fused_sigmoid_gating_delta_rule_update_cpu",
-                                        "fused_rmsnorm_gated_cpu"} | qwen3_5_ops
+    assert set(SGL_KERNEL_MAMBA_OPS) == {"causal_conv1d_fn_cpu", "causal_conv1d_update_cpu", "chunk_gated_delta_rule_cpu"}
+    qwen3_5_ops = {
+        "fused_sigmoid_mul_cpu",
+        "fused_qk_gemma_rmsnorm_cpu",
+        "fused_qk_gemma_rmsnorm_with_gate_cpu",
+        "fused_qkvzba_split_reshape_cat_contiguous_cpu",
+    }
+    assert (
+        set(SGL_KERNEL_TORCH_OPS)
+        == {"fused_gdn_gating_cpu", "fused_sigmoid_gating_delta_rule_update_cpu", "fused_rmsnorm_gated_cpu"} | qwen3_5_ops
+    )
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("sglang is not installed")

@@ -13,7 +13,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mcinspect_kernels.cpu_ops.causal_conv1d import causal_conv1d_fn_cpu, causal_conv1d_update_cpu
 from mcinspect_kernels.cpu_ops.selective_scan import mamba_chunk_scan_combined_cpu, selective_state_update_cpu
@@ -212,7 +211,7 @@ def test_causal_conv_agrees_with_transformers(hf_ops) -> None:
     hf = hf_ops.causal_conv1d_fn(x, weight, bias, activation="silu")
     prefill_error = (ours.float() - hf[0].float()).abs().max().item()
     torch.testing.assert_close(ours.float(), hf[0].float(), atol=2e-2, rtol=2e-2)  # bf16 outputs
-    assert torch.equal(pool[2], x[0, :, -(width - 1):])  # the window: the last inputs, as stored
+    assert torch.equal(pool[2], x[0, :, -(width - 1) :])  # the window: the last inputs, as stored
 
     step = torch.randn(1, dim, generator=gen).to(torch.bfloat16)
     hf_state = torch.cat([torch.zeros(1, dim, 1, dtype=torch.bfloat16), pool[2:3]], -1)  # transformers keeps one more
@@ -242,11 +241,21 @@ def test_gated_rmsnorm_runs_sglangs_torch_path_and_agrees_with_transformers() ->
     gen = torch.Generator().manual_seed(9)
     weight = (1 + 0.1 * torch.randn(width, generator=gen)).to(torch.bfloat16)
     x, gate = torch.randn(7, width, generator=gen).to(torch.bfloat16), torch.randn(7, width, generator=gen).to(torch.bfloat16)
-    fields = dict(n_groups=groups, group_size=width // groups, use_rms_norm=True, variance_epsilon=1e-5, weight=weight, tp_size=1, use_attn_tp_group=False)
+    fields = dict(
+        n_groups=groups,
+        group_size=width // groups,
+        use_rms_norm=True,
+        variance_epsilon=1e-5,
+        weight=weight,
+        tp_size=1,
+        use_attn_tp_group=False,
+    )
     sglang_out = norm_class.forward_native(type("NormFields", (), fields)(), x, gate)
     hf = Zamba2RMSNormGated(width, group_size=width // groups, eps=1e-5).to(torch.bfloat16)
     hf.weight.data.copy_(weight)
     with torch.no_grad():
         hf_out = hf(x, gate)
     torch.testing.assert_close(sglang_out.float(), hf_out.float(), atol=2e-2, rtol=2e-2)
-    print(f"gated RMSNorm (sglang forward_native) vs transformers: max abs error {(sglang_out.float() - hf_out.float()).abs().max().item():.2e}")
+    print(
+        f"gated RMSNorm (sglang forward_native) vs transformers: max abs error {(sglang_out.float() - hf_out.float()).abs().max().item():.2e}"
+    )

@@ -157,7 +157,9 @@ def test_gdn_projection_split_agrees_with_transformers(hf) -> None:
     hidden = bf16(TOKENS, 48, seed=14)
     qkvz = torch.cat([gdn.in_proj_qkv(hidden), gdn.in_proj_z(hidden)], -1)
     ba = torch.cat([gdn.in_proj_b(hidden), gdn.in_proj_a(hidden)], -1)
-    mixed, z, b, a = fused_qkvzba_split_reshape_cat_contiguous_cpu(qkvz, ba, gdn.num_k_heads, gdn.num_v_heads, gdn.head_k_dim, gdn.head_v_dim)
+    mixed, z, b, a = fused_qkvzba_split_reshape_cat_contiguous_cpu(
+        qkvz, ba, gdn.num_k_heads, gdn.num_v_heads, gdn.head_k_dim, gdn.head_v_dim
+    )
     assert torch.equal(mixed, gdn.in_proj_qkv(hidden))
     assert torch.equal(z, gdn.in_proj_z(hidden).reshape(TOKENS, -1, gdn.head_v_dim))
     assert torch.equal(b, gdn.in_proj_b(hidden)) and torch.equal(a, gdn.in_proj_a(hidden))

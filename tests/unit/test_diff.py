@@ -39,10 +39,26 @@ def node(i: int, parent: int, depth: int, key_len: int, slot: int = -1, lock: in
 
 def request(rid: str) -> RequestRecord:
     return RequestRecord(
-        rid=Rid(rid), state="running", row=0, prompt_len=8, output_len=0, prefix_len=0, cache_protected_len=0,
-        committed_len=0, allocated_len=8, last_node=NodeId(-1), working_slot=SlotId(-1), ping_pong=[], ping_pong_empty=[],
-        next_track_idx=0, last_track_idx=-1, last_track_seqlen=-1, prev_track_seqlen=-1, cow_source=SlotId(-1),
-        needs_clear=False, kv_runs=[],
+        rid=Rid(rid),
+        state="running",
+        row=0,
+        prompt_len=8,
+        output_len=0,
+        prefix_len=0,
+        cache_protected_len=0,
+        committed_len=0,
+        allocated_len=8,
+        last_node=NodeId(-1),
+        working_slot=SlotId(-1),
+        ping_pong=[],
+        ping_pong_empty=[],
+        next_track_idx=0,
+        last_track_idx=-1,
+        last_track_seqlen=-1,
+        prev_track_seqlen=-1,
+        cow_source=SlotId(-1),
+        needs_clear=False,
+        kv_runs=[],
     )
 
 
@@ -82,9 +98,18 @@ def make_delta(
     contents: dict[SlotId, SlotContent] | None = None,
 ) -> Delta:
     return Delta(
-        schema_version=SCHEMA_VERSION, seq=Seq(seq), step=Step(step), upsert_nodes=upsert_nodes or [],
-        removed_nodes=removed_nodes or [], slots=slots or {}, upsert_requests=upsert_requests or [],
-        removed_requests=removed_requests or [], kv=None, events=[], counters=Counters(), contents=contents or {},
+        schema_version=SCHEMA_VERSION,
+        seq=Seq(seq),
+        step=Step(step),
+        upsert_nodes=upsert_nodes or [],
+        removed_nodes=removed_nodes or [],
+        slots=slots or {},
+        upsert_requests=upsert_requests or [],
+        removed_requests=removed_requests or [],
+        kv=None,
+        events=[],
+        counters=Counters(),
+        contents=contents or {},
     )
 
 
@@ -94,15 +119,22 @@ def scenario() -> list[Delta]:
     freed), unlock nothing, finish r0."""
     return [
         make_delta(
-            1, 11,
-            upsert_nodes=[node(5, 1, 16, 16), node(2, 5, 32, 16, slot=2), node(3, 1, 16, 8, slot=3), node(4, 1, 16, 4, slot=4),
-                          node(1, 0, 0, 16, slot=1, lock=1)],
+            1,
+            11,
+            upsert_nodes=[
+                node(5, 1, 16, 16),
+                node(2, 5, 32, 16, slot=2),
+                node(3, 1, 16, 8, slot=3),
+                node(4, 1, 16, 4, slot=4),
+                node(1, 0, 0, 16, slot=1, lock=1),
+            ],
             slots={SlotId(3): tree(3, 3), SlotId(4): tree(4, 4)},
             upsert_requests=[request("r1")],
             contents={SlotId(1): content(1, 0xCCCC, 11), SlotId(3): content(3, 0xDDDD, 11)},
         ),
         make_delta(
-            2, 12,
+            2,
+            12,
             upsert_nodes=[node(3, 1, 16, 8, tombstone=True)],
             removed_nodes=[NodeId(4)],
             slots={SlotId(3): free(3), SlotId(4): free(4)},
@@ -136,7 +168,8 @@ def test_diff_names_what_the_deltas_did() -> None:
     second = diff_states(middle, b)
     assert second.nodes_evicted == [4] and second.nodes_tombstoned == [3] and not second.nodes_split
     assert [(c.slot, [str(o) for o in c.before], [str(o) for o in c.after]) for c in second.slot_owner_changes] == [
-        (3, ["tree #3"], ["free"]), (4, ["tree #4"], ["free"]),
+        (3, ["tree #3"], ["free"]),
+        (4, ["tree #4"], ["free"]),
     ]
     assert not second.lock_changes and not second.fingerprint_changes
 
@@ -192,8 +225,7 @@ def test_random_deltas_match_the_diff() -> None:
     assert diff.nodes_evicted == sorted(set(a.nodes) - final_ids)
     assert {c.node for c in diff.lock_changes} == {n for n, count in flips.items() if count % 2 and n in final_ids}
     assert {c.slot for c in diff.slot_owner_changes} == {
-        s for s, claims in last_claims.items()
-        if sorted(map(Owner.of, claims)) != sorted(map(Owner.of, a.slots.get(s, [])))
+        s for s, claims in last_claims.items() if sorted(map(Owner.of, claims)) != sorted(map(Owner.of, a.slots.get(s, [])))
     }
     assert not diff.nodes_split and not diff.fingerprint_changes
 

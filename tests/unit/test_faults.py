@@ -26,15 +26,14 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from fault_support import applied  # noqa: E402
+from fault_support import both as _both  # noqa: E402
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, _gather_mamba_track_indices  # noqa: E402
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
-import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
-from engine_runs import MCINSPECT  # noqa: E402
-from fault_support import applied, both as _both  # noqa: E402
 from mcinspect.checks import CHECKS  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine import faults  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.faults import (  # noqa: E402
@@ -46,6 +45,9 @@ from mcinspect_engine_hooks.cpu_engine.faults import (  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.launcher import STRATEGIES, EmbeddedEngineConfig  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.workload import Workload, WorkloadShape  # noqa: E402
 from mcinspect_kernels.cpu_ops.gated_delta_rule import CHUNK_SIZE, chunk_gated_delta_rule_cpu  # noqa: E402
+
+import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
+from engine_runs import MCINSPECT  # noqa: E402
 
 EXPECTED = {
     "wrong-chunk-state",
@@ -317,9 +319,11 @@ def test_dropped_cow_loses_the_copy_of_a_short_hit_only() -> None:
         batch = SimpleNamespace(tree_cache=engine.tree)
         ScheduleBatch._collect_deferred_mamba_cow_and_clear(batch, [short, long])
         dst = batch.mamba_cow_dst_indices
-        return (None if dst is None else dst.tolist()), [int(short.kv.mamba_pool_idx), int(long.kv.mamba_pool_idx)], [
-            short.kv.mamba_cow_src_index, short.kv.mamba_needs_clear
-        ]
+        return (
+            (None if dst is None else dst.tolist()),
+            [int(short.kv.mamba_pool_idx), int(long.kv.mamba_pool_idx)],
+            [short.kv.mamba_cow_src_index, short.kv.mamba_needs_clear],
+        )
 
     (clean_dst, clean_slots, clean_after), (dst, slots, after) = _both("dropped-cow", run)
     assert clean_dst == clean_slots  # both hits copy their cached state

@@ -64,15 +64,27 @@ def cpu_ops_state(oracle: RecomputeOracle, prefix: list[int], slot: int = 1) -> 
     starts = torch.tensor([0, len(prefix)])
     slots = torch.tensor([slot])
     out = causal_conv1d_fn_cpu(
-        mixed.t().contiguous(), gdn.conv1d.weight.squeeze(1), None, activation="silu", conv_states=conv_pool,
-        has_initial_state=torch.tensor([False]), cache_indices=slots, query_start_loc=starts,
+        mixed.t().contiguous(),
+        gdn.conv1d.weight.squeeze(1),
+        None,
+        activation="silu",
+        conv_states=conv_pool,
+        has_initial_state=torch.tensor([False]),
+        cache_indices=slots,
+        query_start_loc=starts,
     ).t()
     qc, kc, vc = torch.split(out, [gdn.key_dim, gdn.key_dim, gdn.value_dim], -1)
     g, beta = fused_gdn_gating_cpu(gdn.A_log, a[0], b[0], gdn.dt_bias)
     chunk_gated_delta_rule_cpu(
-        qc.reshape(1, len(prefix), -1, gdn.head_k_dim), kc.reshape(1, len(prefix), -1, gdn.head_k_dim),
-        vc.reshape(1, len(prefix), -1, gdn.head_v_dim), g, beta, initial_state=ssm_pool, initial_state_indices=slots,
-        cu_seqlens=starts, use_qk_l2norm_in_kernel=True,
+        qc.reshape(1, len(prefix), -1, gdn.head_k_dim),
+        kc.reshape(1, len(prefix), -1, gdn.head_k_dim),
+        vc.reshape(1, len(prefix), -1, gdn.head_v_dim),
+        g,
+        beta,
+        initial_state=ssm_pool,
+        initial_state_indices=slots,
+        cu_seqlens=starts,
+        use_qk_l2norm_in_kernel=True,
     )
     return conv_pool[slot], ssm_pool[slot]
 

@@ -46,9 +46,21 @@ HAVE_ZSTD = importlib.util.find_spec("zstandard") is not None
 COMPRESSIONS = [False, pytest.param(True, marks=pytest.mark.skipif(not HAVE_ZSTD, reason="zstandard is not installed"))]
 
 INFO = EngineInfo(
-    schema_version=SCHEMA_VERSION, sglang_version="0.5.23", model_path="tiny-qwen3-next", strategy="extra_buffer",
-    page_size=16, overlap=True, tree_core="python", full_tree_detail=True, mamba_pool_size=8, kv_pool_tokens=4096,
-    tp_rank=0, dp_rank=0, pid=1234, request_port=7777, stream_port=7778,
+    schema_version=SCHEMA_VERSION,
+    sglang_version="0.5.23",
+    model_path="tiny-qwen3-next",
+    strategy="extra_buffer",
+    page_size=16,
+    overlap=True,
+    tree_core="python",
+    full_tree_detail=True,
+    mamba_pool_size=8,
+    kv_pool_tokens=4096,
+    tp_rank=0,
+    dp_rank=0,
+    pid=1234,
+    request_port=7777,
+    stream_port=7778,
 )
 
 
@@ -58,9 +70,11 @@ def node(i: int, parent: int, depth: int, key_len: int = 16, slot: int = -1, loc
 
 def snapshot(step: int = 10, seq: int = 0) -> Snapshot:
     state = CacheState(
-        step=Step(step), nodes={NodeId(0): node(0, -1, 0, 0), NodeId(1): node(1, 0, 0, slot=1)},
+        step=Step(step),
+        nodes={NodeId(0): node(0, -1, 0, 0), NodeId(1): node(1, 0, 0, slot=1)},
         slots={SlotId(1): [SlotClaim(slot=SlotId(1), kind="tree", node=NodeId(1))], SlotId(2): [SlotClaim(slot=SlotId(2), kind="free")]},
-        requests={}, kv=KvState(page_size=16, size=4096, free_runs=[(16, 4080)]),
+        requests={},
+        kv=KvState(page_size=16, size=4096, free_runs=[(16, 4080)]),
     )
     return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=state, counters=Counters())
 
@@ -68,10 +82,18 @@ def snapshot(step: int = 10, seq: int = 0) -> Snapshot:
 def delta(seq: int, step: int) -> Delta:
     """Step `step` inserts node `step` under node 1 with slot 2, locks node 1, fingerprints slot 2."""
     return Delta(
-        schema_version=SCHEMA_VERSION, seq=Seq(seq), step=Step(step), upsert_nodes=[node(step, 1, 16, slot=2), node(1, 0, 0, slot=1, lock=seq)],
-        removed_nodes=[NodeId(step - 1)] if step > 11 else [], slots={SlotId(2): [SlotClaim(slot=SlotId(2), kind="tree", node=NodeId(step))]},
-        upsert_requests=[], removed_requests=[], kv=None, events=[LockEvent(step=Step(step), node=NodeId(1), rid="r", locked=True)],
-        counters=Counters(published=seq), contents={SlotId(2): SlotContent(slot=SlotId(2), fingerprint=step, nonfinite=0, zero=False, step=Step(step))},
+        schema_version=SCHEMA_VERSION,
+        seq=Seq(seq),
+        step=Step(step),
+        upsert_nodes=[node(step, 1, 16, slot=2), node(1, 0, 0, slot=1, lock=seq)],
+        removed_nodes=[NodeId(step - 1)] if step > 11 else [],
+        slots={SlotId(2): [SlotClaim(slot=SlotId(2), kind="tree", node=NodeId(step))]},
+        upsert_requests=[],
+        removed_requests=[],
+        kv=None,
+        events=[LockEvent(step=Step(step), node=NodeId(1), rid="r", locked=True)],
+        counters=Counters(published=seq),
+        contents={SlotId(2): SlotContent(slot=SlotId(2), fingerprint=step, nonfinite=0, zero=False, step=Step(step))},
     )
 
 
@@ -201,13 +223,13 @@ def test_corrupt_frames_and_foreign_files(tmp_path: Path) -> None:
     path = tmp_path / "bad.mcirec"
     record(path)
     data = bytearray(path.read_bytes())
-    header_end = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC): len(MAGIC) + 4], "big")
-    data[header_end + 4: header_end + 12] = b"\xff" * 8  # the first frame's msgpack
+    header_end = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC) : len(MAGIC) + 4], "big")
+    data[header_end + 4 : header_end + 12] = b"\xff" * 8  # the first frame's msgpack
     path.write_bytes(bytes(data))
     with pytest.raises(RecordingCorrupt) as caught:
         list(RecordingReader(path))
     assert "frame 0 does not decode" in str(caught.value) and "\n" not in str(caught.value)
-    data[header_end: header_end + 4] = (0xFFFFFFFF).to_bytes(4, "big")
+    data[header_end : header_end + 4] = (0xFFFFFFFF).to_bytes(4, "big")
     path.write_bytes(bytes(data))
     with pytest.raises(RecordingCorrupt, match="claims"):
         list(RecordingReader(path))
@@ -224,7 +246,7 @@ def test_corrupt_compressed_body(tmp_path: Path) -> None:
     record(path, frames=5, compress=True)
     data = bytearray(path.read_bytes())
     middle = len(data) - 60
-    data[middle: middle + 8] = bytes(b ^ 0xFF for b in data[middle: middle + 8])
+    data[middle : middle + 8] = bytes(b ^ 0xFF for b in data[middle : middle + 8])
     path.write_bytes(bytes(data))
     with pytest.raises(RecordingCorrupt) as caught:
         list(RecordingReader(path))
@@ -275,8 +297,11 @@ def test_snapshot_file_round_trip_and_errors(tmp_path: Path) -> None:
         (b"{not json", SnapshotCorrupt, "not a snapshot file"),
         (msgspec.json.encode(INFO), SnapshotCorrupt, "EngineInfo message, not a Snapshot"),
         (msgspec.json.encode(data)[:-40], SnapshotCorrupt, "not a snapshot file"),
-        (msgspec.json.encode({**msgspec.to_builtins(data), "schema_version": SCHEMA_VERSION + 1, "state": {"new": 1}}),
-         SnapshotVersionError, "upgrade mcinspect"),
+        (
+            msgspec.json.encode({**msgspec.to_builtins(data), "schema_version": SCHEMA_VERSION + 1, "state": {"new": 1}}),
+            SnapshotVersionError,
+            "upgrade mcinspect",
+        ),
         (msgspec.json.encode({**msgspec.to_builtins(data), "schema_version": SCHEMA_VERSION - 1}), SnapshotVersionError, "new snapshot"),
         (msgspec.json.encode({**msgspec.to_builtins(data), "state": {"step": "x"}}), SnapshotCorrupt, "damaged snapshot"),
     ]

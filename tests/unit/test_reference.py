@@ -23,11 +23,12 @@ from sglang.srt.mem_cache.base_prefix_cache import InsertParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
-import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 from mcinspect.schema import Step  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink  # noqa: E402
 from mcinspect_engine_hooks.reference import RID_PREFIX, ReferencePrefill, ReferenceRefused, _IsolatedTree  # noqa: E402
+
+import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
 PATTERN = 0.25
 

@@ -31,6 +31,7 @@ from mcinspect.render import (
 )
 from mcinspect.render._style import FOCUS_BORDER, NODE_FILL, SLOT_FILL, VIOLATION_BORDER
 from mcinspect.schema import CacheState, NodeId, Rid, SlotId, Step
+
 from record_states import make_request, make_state, random_state, small_state
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -103,7 +104,7 @@ def test_deep_chain_folds_without_recursion() -> None:
     assert view_totals(view) == tree_totals(state)
     assert n - 1 in view.nodes and view.chains and max(len(c.nodes) for c in view.chains) > n - 10
     source = render_dot(state, max_nodes=50)
-    assert '+100k nodes (chain)' in source or "+99.9k nodes (chain)" in source
+    assert "+100k nodes (chain)" in source or "+99.9k nodes (chain)" in source
     assert f'id="node-{n - 1}"' in source
 
 
@@ -148,8 +149,10 @@ def test_bad_focus_is_a_one_line_error() -> None:
 
 def test_dot_marks_states_slots_and_violations() -> None:
     state = small_state()
-    source = render_dot(state, violations=[Highlight(nodes=[NodeId(2)], slots=[SlotId(7)], rids=[Rid("req-a")], reason="owned twice"),
-                                           ([NodeId(77)], [], [])])
+    source = render_dot(
+        state,
+        violations=[Highlight(nodes=[NodeId(2)], slots=[SlotId(7)], rids=[Rid("req-a")], reason="owned twice"), ([NodeId(77)], [], [])],
+    )
     assert 'id="node-1", class="locked mamba"' in source
     assert 'id="node-2", class="violation evictable mamba"' in source
     assert 'id="node-5", class="tombstone evictable"' in source and "rounded,dashed" in source
@@ -212,8 +215,9 @@ def test_svg_has_every_box_with_its_colours_and_tooltips() -> None:
 def test_svg_of_a_folded_tree_accounts_for_every_node() -> None:
     state = random_state(3_000, seed=5, fanout_bias=0.7)
     groups = svg_of(state, max_nodes=80)
-    view = select(state, max_nodes=80, pinned=[r.last_node for r in state.requests.values()],
-                  unchained=[r.last_node for r in state.requests.values()])
+    view = select(
+        state, max_nodes=80, pinned=[r.last_node for r in state.requests.values()], unchained=[r.last_node for r in state.requests.values()]
+    )
     drawn = {int(i.split("-")[1]) for i in groups if i.startswith("node-")}
     assert drawn == set(view.nodes)
     assert {i for i in groups if i.startswith(("chain-", "fold-"))} == (
@@ -283,8 +287,12 @@ def test_failing_and_hanging_binaries(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_checks_violations_highlight_directly() -> None:
     violation_module = pytest.importorskip("mcinspect.checks.violation")
     violation = violation_module.Violation(
-        check="slot_owned_twice", step=Step(3), reason="slot 7 is claimed by pp1 of req-a and tree #2",
-        nodes=(NodeId(2),), slots=(SlotId(7),), rids=(Rid("req-a"),),
+        check="slot_owned_twice",
+        step=Step(3),
+        reason="slot 7 is claimed by pp1 of req-a and tree #2",
+        nodes=(NodeId(2),),
+        slots=(SlotId(7),),
+        rids=(Rid("req-a"),),
     )
     source = render_dot(small_state(), violations=[violation])
     assert 'id="node-2", class="violation evictable mamba"' in source

@@ -11,7 +11,6 @@ import pytest
 from memory_curve import memory_curve
 
 from mcinspect.checks.recompute import tolerances
-
 from mcinspect_engine_hooks.cpu_engine.families import FAMILIES, get_family
 from mcinspect_engine_hooks.cpu_engine.oracle import RecomputeOracle
 from mcinspect_engine_hooks.cpu_engine.tiny_model import TINY_SPECS, TinyQwen3NextSpec, ensure_tiny_model, write_tiny_model

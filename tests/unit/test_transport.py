@@ -71,7 +71,14 @@ def _free_port() -> int:
 
 
 def _copy(state: CacheState) -> CacheState:
-    return CacheState(step=state.step, nodes=dict(state.nodes), slots=dict(state.slots), requests=dict(state.requests), kv=state.kv, contents=dict(state.contents))
+    return CacheState(
+        step=state.step,
+        nodes=dict(state.nodes),
+        slots=dict(state.slots),
+        requests=dict(state.requests),
+        kv=state.kv,
+        contents=dict(state.contents),
+    )
 
 
 def _initial_state() -> CacheState:
@@ -493,17 +500,38 @@ def _malformed(rng: random.Random) -> list[tuple[str, list[bytes]]]:
         ("empty", lambda: [b""]),
         ("wrong version", lambda: [encoder.encode(Hello(schema_version=rng.choice([0, 1, SCHEMA_VERSION + 1, -5, 2**40])))]),
         ("future struct", lambda: [encoder.encode({"type": "Hello", "schema_version": SCHEMA_VERSION + 1, "new": 1})]),
-        ("wrong types", lambda: [encoder.encode(rng.choice([
-            {"type": "Hello", "schema_version": str(SCHEMA_VERSION)},
-            {"type": "GetHistory", "schema_version": SCHEMA_VERSION, "after_seq": "x"},
-            {"type": "Hello", "schema_version": SCHEMA_VERSION, "token": 5},
-            [SCHEMA_VERSION], 12, None, {"schema_version": SCHEMA_VERSION},
-        ]))]),  # fmt: skip
-        ("unknown tags", lambda: [encoder.encode(rng.choice([
-            {"type": "Nope", "schema_version": SCHEMA_VERSION},
-            {"type": "Snapshot", "schema_version": SCHEMA_VERSION},
-            {"type": "ErrorReply", "schema_version": SCHEMA_VERSION, "reason": "x"},
-        ]))]),  # fmt: skip
+        (
+            "wrong types",
+            lambda: [
+                encoder.encode(
+                    rng.choice(
+                        [
+                            {"type": "Hello", "schema_version": str(SCHEMA_VERSION)},
+                            {"type": "GetHistory", "schema_version": SCHEMA_VERSION, "after_seq": "x"},
+                            {"type": "Hello", "schema_version": SCHEMA_VERSION, "token": 5},
+                            [SCHEMA_VERSION],
+                            12,
+                            None,
+                            {"schema_version": SCHEMA_VERSION},
+                        ]
+                    )
+                )
+            ],
+        ),  # fmt: skip
+        (
+            "unknown tags",
+            lambda: [
+                encoder.encode(
+                    rng.choice(
+                        [
+                            {"type": "Nope", "schema_version": SCHEMA_VERSION},
+                            {"type": "Snapshot", "schema_version": SCHEMA_VERSION},
+                            {"type": "ErrorReply", "schema_version": SCHEMA_VERSION, "reason": "x"},
+                        ]
+                    )
+                )
+            ],
+        ),  # fmt: skip
         ("oversized", lambda: [good + b"\x00" * rng.randrange(MAX_REQUEST_BYTES, HARD_LIMIT_BYTES - len(good))]),
         ("extra frames", lambda: [good] + [rng.randbytes(10) for _ in range(rng.randrange(1, 5))]),
     ]

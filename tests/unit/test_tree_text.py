@@ -17,6 +17,7 @@ from mcinspect.cli import app
 from mcinspect.recording import RecordingWriter
 from mcinspect.schema import SCHEMA_VERSION, CacheState, Counters, Delta, NodeId, Seq, Snapshot, Step
 from mcinspect.tree_text import TextTree, build_tree, levels_for_width, plain_text, print_tree
+
 from record_states import make_request, make_state, random_state, small_state
 from tree_lines import TreeLines, parse_tree
 
@@ -112,7 +113,6 @@ def test_tree_of_a_real_sglang_cache() -> None:
     from mcinspect_engine_hooks.cpu_engine import patches
 
     patches.install()  # before sglang is first imported
-    import cpu_cache
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
     from sglang.test.kits.unified_radix_cache.unified_tree_core_inspector import UnifiedTreeCoreInspector
@@ -120,6 +120,8 @@ def test_tree_of_a_real_sglang_cache() -> None:
     from mcinspect_engine_hooks.capture import Capture
     from mcinspect_engine_hooks.events import EventSink, hook_points
     from mcinspect_engine_hooks.guard import ErrorCounter
+
+    import cpu_cache
 
     sink = EventSink()
     restore = cpu_cache.install_hooks(hook_points(sink, ErrorCounter()))

@@ -23,9 +23,8 @@ from types import SimpleNamespace  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-
-import cpu_cache  # noqa: E402
 from cache_driver import Driver  # noqa: E402
+
 from mcinspect.checks.recompute import tolerances  # noqa: E402
 from mcinspect.schema import NodeId, SlotContent, SlotId, Step  # noqa: E402
 from mcinspect_engine_hooks import extensions  # noqa: E402
@@ -36,6 +35,8 @@ from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_engine_hooks.state_log import CachedState, StateLog  # noqa: E402
 from mcinspect_engine_hooks.verifier import Verifier  # noqa: E402
 from mcinspect_engine_hooks.verify_budget import VerifyBudget  # noqa: E402
+
+import cpu_cache  # noqa: E402
 
 
 class ZeroOracle:
@@ -183,7 +184,10 @@ def _rank_main(rank: int, init_file: str, share_of: dict[int, float], results: o
     cache = SimpleNamespace(conv=[conv], temporal=temporal)
     s = SimpleNamespace(
         req_to_token_pool=SimpleNamespace(mamba_pool=SimpleNamespace(mamba_cache=cache)),
-        device="cpu", tp_size=2, tp_rank=rank, tp_cpu_group=dist.group.WORLD,
+        device="cpu",
+        tp_size=2,
+        tp_rank=rank,
+        tp_cpu_group=dist.group.WORLD,
     )
     extensions.register_oracle("transformers", ZeroOracle)
     config = HooksConfig(base_port=1, verify="transformers", verify_share=1.0, verify_working=0.0)

@@ -67,7 +67,6 @@ def test_prefixes_are_shared_and_turns_extend_history() -> None:
     assert chunked and all(tuple(s.input_ids[: shape.system_prompt_len]) in system_prefixes for s in chunked)
 
 
-
 def test_turns_extend_and_branches_cut_earlier_conversations() -> None:
     waves, history = _run_with_history(3, 60)
     kinds_checked = set()

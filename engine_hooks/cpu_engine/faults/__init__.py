@@ -28,7 +28,9 @@ __all__ = ["ENV_VAR", "FAULTS", "RECOMPUTE_CHECK", "Fault", "FaultError", "Hook"
 ENV_VAR = "MCINSPECT_FAULT"
 """Names the fault to install; unset or empty: nothing is patched."""
 
-FAULTS: dict[str, Fault] = {fault.name: fault for fault in (*track.FAULTS, *initial_state.FAULTS, *ownership.FAULTS, *working.FAULTS, *writes.FAULTS)}
+FAULTS: dict[str, Fault] = {
+    fault.name: fault for fault in (*track.FAULTS, *initial_state.FAULTS, *ownership.FAULTS, *working.FAULTS, *writes.FAULTS)
+}
 
 _HOOK_REGISTRY = "sglang.srt.plugins.hook_registry"
 logger = logging.getLogger("mcinspect.faults")

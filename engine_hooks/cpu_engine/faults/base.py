@@ -81,11 +81,7 @@ class Fault:
 
     def applies_to(self, strategy: str, page_size: int, family: str = DEFAULT_FAMILY) -> bool:
         """Whether the bug can happen under this cache configuration and model family."""
-        return (
-            family in self.families
-            and strategy in self.strategies
-            and (not self.page_sizes or page_size in self.page_sizes)
-        )
+        return family in self.families and strategy in self.strategies and (not self.page_sizes or page_size in self.page_sizes)
 
     def install(self) -> None:
         """Register the hooks with sglang's HookRegistry.

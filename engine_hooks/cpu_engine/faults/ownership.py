@@ -37,9 +37,7 @@ class _FreeAllBut:
         self.allocator.free(free_index[free_index != self.slot])
 
 
-def leak_working_slot(
-    original: Callable[..., Any], pool: Any, req: Any, mamba_ping_pong_track_buffer_to_keep: int | None = None
-) -> Any:
+def leak_working_slot(original: Callable[..., Any], pool: Any, req: Any, mamba_ping_pong_track_buffer_to_keep: int | None = None) -> Any:
     """Around `HybridReqToTokenPool.free_mamba_cache`: the request's working slot is never freed.
 
     Ping-pong slots are freed as usual; the working slot stays out of the free list with no
@@ -180,8 +178,7 @@ GHOST_NODE = Fault(
     expected_checks=("content-immutable", "cow-source", "tree-shape"),
     strategies=EXTRA_BUFFER_STRATEGIES,
     hooks=(Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "around", stamp_ghost_root),),
-    trigger="the first finished request: its tracked state was already donated after prefill, so "
-    "nothing is left to cache at finish",
+    trigger="the first finished request: its tracked state was already donated after prefill, so nothing is left to cache at finish",
 )
 
 FAULTS: tuple[Fault, ...] = (LEAK_SLOT, DOUBLE_OWNER, OVERWRITE_CACHED, GHOST_NODE)

@@ -159,8 +159,7 @@ DEPTH_MISMATCH = Fault(
     expected_checks=("state-depth", RECOMPUTE_CHECK),
     strategies=ALL_STRATEGIES,
     hooks=(Hook(f"{MAMBA_COMPONENT}.floor_cache_len", "replace", floor_one_page_short),),
-    trigger="every insert of a mamba state (under no_buffer only a recompute can tell: states carry "
-    "no planned position)",
+    trigger="every insert of a mamba state (under no_buffer only a recompute can tell: states carry no planned position)",
 )
 
 FAULTS: tuple[Fault, ...] = (WRONG_CHUNK_STATE, UNWRITTEN_SLOT, TRACK_OFF_BY_ONE, DEPTH_MISMATCH)
