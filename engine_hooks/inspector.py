@@ -159,17 +159,23 @@ class Inspector:
             self._unobserved += 1
             if self._wanted.is_set():
                 self._capture(scheduler, batch, Step(self._step), [])
-        # Whether the step now starting will be captured at its end.
+        self._plan_next_step()
+
+    def _plan_next_step(self) -> None:
+        """Whether the step starting now will be captured at its end (its hooks keep evidence)."""
         publisher = self.publisher
         if not publisher.watched:
-            sink.observed = self.every_step
+            self.sink.observed = self.every_step
         else:
-            sink.observed = self.every_step or publisher.every_step or self.cadence.due_next(time.perf_counter(), self.errors.seconds)
+            self.sink.observed = self.every_step or publisher.every_step or self.cadence.due_next(time.perf_counter(), self.errors.seconds)
 
     def on_idle(self, scheduler: Any) -> None:
         """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
-        or for subscribers when the live stream's cadence allows; first, a verification turn."""
+        or for subscribers when the live stream's cadence allows; first, a verification turn.
+        A subscriber that joined while the engine idled gets the next step's events too."""
         self._verify_turn(idle=True)
+        if not self.sink.observed:
+            self._plan_next_step()
         news = self.verifier.has_news()  # results of references run while idle: stream them
         if self._captured_step >= self._step and not news:
             return
@@ -281,6 +287,7 @@ class Inspector:
             verify=self.verifier.stats(),
             paths=dict(self.state_log.paths),
             request_seconds=self.server.busy_seconds,
+            next_step_observed=self.sink.observed,
         )
 
 

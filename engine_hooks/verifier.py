@@ -40,6 +40,7 @@ import torch
 
 from mcinspect.checks.recompute import beyond
 from mcinspect.schema import (
+    GONE_BEFORE_TURN,
     SCHEMA_VERSION,
     NodeId,
     NodeVerdict,
@@ -467,7 +468,7 @@ class Verifier:
         state = ticket.todo.pop(0)
         verdicts = []
         if self.slot_of(state.node) != state.slot:
-            verdicts.append(_error(state.node, state.slot, "the node lost its state before its turn"))
+            verdicts.append(_error(state.node, state.slot, GONE_BEFORE_TURN))
         else:
             for oracle in self.oracles():
                 try:

@@ -89,6 +89,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring paragraph is one paragraph, wrapped to the terminal
 )
 
 
@@ -493,7 +494,8 @@ def verify(
     prefix match, no insert: the tree and its LRU stay as they are) and compares the result with
     the node's slot, per conv tensor and for the SSM state. Works on any model and device the
     engine serves; it runs between the engine's batches. Exit 0: all equal; 1: a mismatch; 2: bad
-    input (unknown node, engine unreachable, model without mamba state).
+    input (unknown node, engine unreachable, model without mamba state) or a named node evicted
+    before its turn (under --all such nodes are listed and skipped).
     """
     from .cli_output import print_verdicts
     from .verify_command import exit_code, verify_nodes
@@ -504,7 +506,7 @@ def verify(
     where = Target.parse(target)
     judged = verify_nodes(where, list(node or []), all_nodes, token=token, timeout_s=timeout, wait_s=wait, on_progress=show)
     print_verdicts(judged, json_out)
-    raise typer.Exit(exit_code(judged))
+    raise typer.Exit(exit_code(judged, all_nodes))
 
 
 @app.command("checks")

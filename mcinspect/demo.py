@@ -148,6 +148,17 @@ def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> tuple[Any, EngineI
     return engine, info if isinstance(info, EngineInfo) else None
 
 
+def _wait_until_observed(target: Target, timeout_s: float = 10.0) -> None:
+    """Until the engine has seen the recorder's subscription and will capture the first step's
+    events (the stream's subscriptions reach the engine's publisher thread asynchronously)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stats = request(target, GetStats(schema_version=SCHEMA_VERSION))
+        if not isinstance(stats, Stats) or stats.next_step_observed:
+            return
+        time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def _recording(target: Target, path: str) -> Iterator[None]:
     """Record the stream on a thread while the block runs; the first frame is taken before the
@@ -166,6 +177,7 @@ def _recording(target: Target, path: str) -> Iterator[None]:
     thread = threading.Thread(target=run, name="mcinspect-demo-recorder", daemon=True)
     thread.start()
     started.wait(timeout=30)
+    _wait_until_observed(target)
     try:
         yield
     finally:

@@ -574,6 +574,14 @@ class Stats(_Message):
     copy-on-writes, mixed batches (engine_hooks/state_log.py)."""
     request_seconds: float = 0.0
     """CPU time the request thread spent answering (it holds the GIL the scheduler needs)."""
+    next_step_observed: bool = False
+    """The step starting now will be captured with its events (a subscriber watches): a
+    recording that starts before a workload waits for it, so it holds the first step's events."""
+
+
+GONE_BEFORE_TURN = "the node lost its state before its turn"
+"""NodeVerdict.error of a node evicted (or split) while it waited: under `verify --all` on a busy
+engine a skip, not a failure."""
 
 
 class NodeVerdict(msgspec.Struct, frozen=True):

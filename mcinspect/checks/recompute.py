@@ -25,19 +25,20 @@ RECOMPUTE = "T2-recompute"
 
 COMPONENTS = ("conv", "temporal")
 TOLERANCE_REL_L2: dict[str, dict[str, float]] = {
-    "engine": {"conv": 0.01, "temporal": 0.01},
-    "engine-decoded": {"conv": 0.1, "temporal": 0.1},
+    "engine": {"conv": 0.03, "temporal": 0.03},
+    "engine-decoded": {"conv": 0.05, "temporal": 0.05},
     "transformers": {"conv": 0.1, "temporal": 0.035},
 }
 """Largest relative L2 distance of each component still read as the same state, by oracle and,
 for the engine oracle, by the forward that wrote the state. Calibrated with
-tests/bench/calibrate_t2.py (README, "T2 verification": clean max, faulty min, margin):
-- engine, a state a prefill wrote (tracked or final): the same kernels on both sides; clean
-  states are bit-exact where the cached state is a prefill's final state and within 0.002 where
-  it is an intermediate chunk state (fp32 SSM state summed in another order).
+tests/bench/calibrate_t2.py (160 requests a run; README, "T2 verification"):
+- engine, a state a prefill wrote (tracked or final): the same kernels on both sides. NemotronH's
+  clean states are bit-exact (0); the gated delta net's reach 0.009 (a tracked checkpoint comes
+  from FLA's chunk states `h`, rounded to bf16, the reference's from its fp32 final state);
+  faulty states start at 0.25 (temporal) / 0.066 (conv).
 - engine-decoded, a state decode steps wrote (no_buffer's finished working slot, a decode-tracked
   checkpoint, a working state after decoding): the token-by-token recurrence against the
-  reference's chunked prefill, and bf16 conv inputs from decode-shaped batches.
+  reference's chunked prefill; clean 0.008, faulty from 0.31 (temporal) / 0.11 (conv).
 - transformers: two implementations of a bf16 model; a conv window holds the last kernel - 1
   inputs rounded to bf16, where one flipped expert of Qwen3-Next's MoE changes a whole input,
   so it is allowed more (a fault shows in the temporal state, which holds the whole prefix)."""

@@ -166,6 +166,8 @@ def test_an_exception_inside_a_hook_is_counted_not_raised() -> None:
     run = run_demo(*CONFIGS["extra_buffer-p16"], "--requests", str(REQUESTS), env={"MCINSPECT_SELF_TEST_RAISE": "1"})
     assert run.returncode == 0, run.stderr[-4000:]
     stats = run.summary["stats"]
-    assert stats["hook_errors"] >= stats["step"] > 0  # one per step, all swallowed
+    # one per step, all swallowed (the request thread may read the stats while a step ends: its
+    # number is counted before its hooks ran)
+    assert stats["hook_errors"] >= stats["step"] - 1 > 0
     assert run.summary["output_digest"] == clean.summary["output_digest"]  # the engine did not notice
     assert run.leftovers == []

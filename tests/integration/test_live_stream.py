@@ -40,8 +40,9 @@ def test_every_step_matched_a_full_read_and_sglang(live: LiveDemo) -> None:
     stats = request(live.target, GetStats(schema_version=SCHEMA_VERSION))
     assert isinstance(stats, Stats)
     assert stats.self_check_failures == 0, stats.self_check_first_failure
-    # every capture was checked: one per step, and one more when the verifier's idle-time results went out
-    assert stats.self_check_steps == stats.counters.published >= stats.step > 50
+    # every capture was checked: one per step, and more when the verifier's idle-time results went
+    # out (the served trickle keeps stepping: the step read may be ending, not yet published)
+    assert stats.self_check_steps == stats.counters.published >= stats.step - 1 > 50
 
 
 def test_replayed_stream_equals_the_final_snapshot(live: LiveDemo) -> None:
@@ -85,11 +86,17 @@ def test_a_stalled_client_catches_up(live: LiveDemo) -> None:
     assert live.stalled.latest().state == snapshot.state
 
 
+FD_SLACK = 16
+"""Descriptors the engine may open after the flood for reasons of its own."""
+
+
 def test_malformed_frames_are_refused_and_nothing_leaks(live: LiveDemo) -> None:
     stats = request(live.target, GetStats(schema_version=SCHEMA_VERSION))
     assert stats.counters.rejected_requests - live.rejected_before == live.malformed_sent
     pid = request(live.target, Hello(schema_version=SCHEMA_VERSION)).pid
-    assert open_fds(pid) <= live.scheduler_fds_during  # no socket or file left per bad peer
+    # No socket or file left per bad frame (1,000 of them) or peer: the count may move by the
+    # few descriptors the engine itself opens later (sglang, torch threads, clients connected since).
+    assert open_fds(pid) <= live.scheduler_fds_during + FD_SLACK
 
 
 def test_cli_snapshot_and_info(live: LiveDemo, tmp_path) -> None:

@@ -12,6 +12,8 @@ import pytest
 from engine_runs import MCINSPECT
 from live_demo import LiveDemo, snapshot_of
 
+from mcinspect.schema import GONE_BEFORE_TURN
+
 pytestmark = pytest.mark.slow
 
 
@@ -26,8 +28,12 @@ def test_every_cached_state_of_the_live_engine_equals_its_recompute(live: LiveDe
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert {row["node"] for row in rows} == holders and len(rows) >= 5
-    assert all(row["verdict"] == "equal" and row["oracle"] == "engine" and row["tokens"] > 0 for row in rows)
-    assert all(row["temporal_rel_l2"] <= row["tolerance"] and row["conv_rel_l2"] <= row["tolerance"] for row in rows)
+    verified = [row for row in rows if row["error"] != GONE_BEFORE_TURN]  # the served trickle evicts some
+    assert len(verified) >= 5
+    assert all(row["verdict"] == "equal" and row["oracle"] == "engine" and row["tokens"] > 0 for row in verified)
+    assert all(
+        row["temporal_rel_l2"] <= row["tolerance"]["temporal"] and row["conv_rel_l2"] <= row["tolerance"]["conv"] for row in verified
+    )
     after = snapshot_of(live.target).state
     assert after.nodes == state.nodes  # verifying changed nothing in the tree (hit counts, LRU included)
 

@@ -121,3 +121,15 @@ def test_demo_summary_names_the_family_and_its_state_layout(capsys: pytest.Captu
     out = capsys.readouterr().out
     assert "/m/tiny-nemotron-h" in out
     assert "conv [2, 128, 3] bfloat16; temporal [2, 4, 16, 16] float32; 9,728 bytes" in out
+
+
+@pytest.mark.parametrize("command", ["demo", "verify", "check", "snapshot"])
+def test_help_paragraphs_fill_an_80_column_terminal(command: str) -> None:
+    """A docstring's hard line breaks are not kept: no description line ends early mid-paragraph."""
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0
+    description = result.output.split("╭")[0].splitlines()[3:]  # past the usage line
+    paragraphs = "\n".join(line.rstrip() for line in description).strip().split("\n\n")
+    for paragraph in paragraphs:
+        lines = paragraph.splitlines()
+        assert all(len(line) >= 60 for line in lines[:-1]), paragraph

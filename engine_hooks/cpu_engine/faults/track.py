@@ -67,8 +67,20 @@ def gather_chunk_states_on_the_wrong_grid(
 
 
 def skip_track_write(*args: Any, **kwargs: Any) -> None:
-    """Stands in for the backend's state-tracking copy: the tracked slot is never written."""
-    log_faulty_action("unwritten-slot")
+    """Stands in for the backend's state-tracking copy: the tracked slot is never written (the
+    faulty action is logged where the copy had a row to track, not for every forward)."""
+    mask = _track_mask(args, kwargs)
+    if mask is not None and bool(mask.any()):
+        log_faulty_action("unwritten-slot")
+
+
+def _track_mask(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The copy's track mask: its ForwardBatch's (the backend methods), else the fourth argument
+    of `track_mamba_states_if_needed(conv, ssm, cache_indices, mask, ...)`."""
+    for arg in args:
+        if hasattr(arg, "mamba_track_mask"):
+            return arg.mamba_track_mask
+    return args[3] if len(args) > 3 else kwargs.get("mamba_track_mask")
 
 
 def credit_one_page_late(component: Any, req: Any, insert_params: Any, token_ids_len: int, is_finished: bool) -> None:
