@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .checks.recompute import beyond, tolerances
 from .errors import McinspectError
-from .schema import SCHEMA_VERSION, GONE_BEFORE_TURN, EngineInfo, GetVerify, Hello, NodeId, NodeVerdict, StartVerify, VerifyStatus
+from .schema import GONE_BEFORE_TURN, SCHEMA_VERSION, EngineInfo, GetVerify, Hello, NodeId, NodeVerdict, StartVerify, VerifyStatus
 from .target import Target
 
 POLL_S = 0.2

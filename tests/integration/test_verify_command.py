@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
+from mcinspect.schema import GONE_BEFORE_TURN
+
 from engine_runs import MCINSPECT
 from live_demo import LiveDemo, snapshot_of
-
-from mcinspect.schema import GONE_BEFORE_TURN
 
 pytestmark = pytest.mark.slow
 
