@@ -37,6 +37,9 @@ DEFAULT_VERIFY_RATE = 20.0
 VERIFY_WORKING_ENV = "MCINSPECT_VERIFY_WORKING"
 DEFAULT_VERIFY_WORKING = 0.25
 """Share of reference prefills spent on running requests' working states, when any runs."""
+TRACK_WRITES_ENV = "MCINSPECT_TRACK_WRITES"
+"""off: no hooks inside the forward (the write-ran / write-target checks then judge nothing);
+for measuring what they cost, or an engine where they must not run."""
 LOOPBACK = "127.0.0.1"
 PORTS_PER_PROCESS = 2
 """Each scheduler process binds a request port and, next to it, a stream port."""
@@ -61,6 +64,8 @@ class HooksConfig:
     verify_share: float = DEFAULT_VERIFY_SHARE
     verify_rate: float = DEFAULT_VERIFY_RATE
     verify_working: float = DEFAULT_VERIFY_WORKING
+    track_writes: bool = True
+    """Hooks inside the forward read the track writes it ran (write_hooks.py)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> HooksConfig | None:
@@ -82,6 +87,9 @@ class HooksConfig:
         verify = environ.get(VERIFY_ENV, "off") or "off"
         if verify not in VERIFY_MODES:
             raise ConfigError(f"{VERIFY_ENV}={verify!r}: choose one of {', '.join(VERIFY_MODES)}")
+        track_writes = environ.get(TRACK_WRITES_ENV, "on") or "on"
+        if track_writes not in ("on", "off"):
+            raise ConfigError(f"{TRACK_WRITES_ENV}={track_writes!r}: choose on or off")
         return cls(
             base_port=port,
             host=host,
@@ -92,6 +100,7 @@ class HooksConfig:
             verify_share=_share(environ, VERIFY_SHARE_ENV, DEFAULT_VERIFY_SHARE),
             verify_rate=_positive(environ, VERIFY_RATE_ENV, DEFAULT_VERIFY_RATE),
             verify_working=_share(environ, VERIFY_WORKING_ENV, DEFAULT_VERIFY_WORKING, allow_zero=True),
+            track_writes=track_writes == "on",
         )
 
     def request_port(self, *, tp_rank: int, tp_size: int, pp_rank: int, pp_size: int, dp_rank: int) -> int:

@@ -266,9 +266,10 @@ HookPoint = tuple[str, str, Callable[..., Any]]
 """(dotted sglang target, "before" | "after" | "around", guarded hook)."""
 
 
-def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
+def hook_points(sink: EventSink, errors: ErrorCounter, *, track_writes: bool = True) -> list[HookPoint]:
     """The hooks for sglang's HookRegistry, each guarded. Dirty marks and eviction counts run at
-    every step; hooks whose only product is an event run in observed steps only."""
+    every step; hooks whose only product is an event run in observed steps only; the hooks
+    inside the forward (track writes) only with `track_writes`."""
     tree, cache, pools = _TreeHooks(sink), _CacheHooks(sink), _PoolHooks(sink)
     writes = WriteHooks(sink)
     every_step = [
@@ -297,7 +298,7 @@ def hook_points(sink: EventSink, errors: ErrorCounter) -> list[HookPoint]:
         (f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", pools.prefill_track),
         (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", pools.decode_track),
         (f"{REQ}.reset_for_retract", "after", pools.retracted),
-        *write_hook_points(writes),
+        *(write_hook_points(writes) if track_writes else []),
     ]
     observed_around = [  # (target, before, after)
         (f"{CACHE}.checkpoint_into_tree", cache.checkpoint_begin, cache.checkpoint_end),

@@ -110,7 +110,7 @@ class Inspector:
             verify=config.verify,
             verify_share=config.verify_share,
             verify_rate=config.verify_rate,
-            track_writes="extend" if _decode_graphs(scheduler) else "all",
+            track_writes="" if not config.track_writes else "extend" if _decode_graphs(scheduler) else "all",
         )
         self.server = RequestServer(
             config.host,

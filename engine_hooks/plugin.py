@@ -49,7 +49,7 @@ def register() -> None:
 
     sink = EventSink()
     state_log = StateLog()
-    for target, when, hook in [*hook_points(sink, errors), *state_log_points(state_log, errors)]:
+    for target, when, hook in [*hook_points(sink, errors, track_writes=config.track_writes), *state_log_points(state_log, errors)]:
         HookRegistry.register(target, hook, HookType(when))
     HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink, state_log), HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _after_step, HookType.AFTER)

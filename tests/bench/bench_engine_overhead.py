@@ -6,7 +6,9 @@ verification by the engine oracle.
 streams what a TUI gets by default: captures as often as the inspector's time budget allows
 (MCINSPECT_LIVE_BUDGET, 0.8% of the scheduler's time). "+ every-step client" asks for every step
 (what `mcinspect record` and `check` do). "every step" forces that capture without a client's
-own CPU use, and "no fingerprints" is that without slot fingerprints.
+own CPU use, "no fingerprints" is that without slot fingerprints, and "no track-write hooks"
+without the hooks inside the forward that read what it wrote (MCINSPECT_TRACK_WRITES=off): the
+difference in hook ms/step is what checking the forward's writes costs per step.
 
 On a shared 2-core machine the engine's own processes (scheduler, detokenizer) fill both cores
 and throughput varies by +-10% run to run, more than the effect measured. So each run also
@@ -93,6 +95,8 @@ def run(variant: str, requests: int) -> Run:
         env["MCINSPECT_CAPTURE"] = "every-step"
     if variant == "every step, no fingerprints":
         env["MCINSPECT_FINGERPRINT_BUDGET"] = "0"
+    if variant == "every step, no track-write hooks":
+        env["MCINSPECT_TRACK_WRITES"] = "off"
     done, frames = threading.Event(), []
     client = None
     if variant.startswith("hooks on + "):
@@ -129,6 +133,7 @@ def main() -> None:
         "hooks off",
         "hooks on",
         "every step, no fingerprints",
+        "every step, no track-write hooks",
         "every step",
         "hooks on + live client",
         "hooks on + every-step client",
@@ -146,7 +151,7 @@ def main() -> None:
         for variant in variants:
             runs[variant].append(result := run(variant, args.requests))
             print(
-                f"round {round_ + 1}: {variant:<28} {result.tokens_per_s:7.1f} generated tok/s, "
+                f"round {round_ + 1}: {variant:<33} {result.tokens_per_s:7.1f} generated tok/s, "
                 f"hooks {result.hook_ms_per_step:5.2f} ms/step = {100 * result.hook_share:4.1f}% of the workload"
                 + (f", client got {result.frames} frames of {result.steps} steps" if result.frames else "")
                 + (f", {result.verified_per_s:.1f} references/s taking {100 * result.verify_share:.1f}%" if result.verified_per_s else ""),
@@ -154,12 +159,12 @@ def main() -> None:
             )
     base = statistics.median(r.tokens_per_s for r in runs["hooks off"])
     print(f"\nmedian of {args.rounds} rounds, {args.requests} requests each")
-    print(f"{'variant':<28} {'tok/s':>7} {'vs off':>7}   {'hook ms/step':>12} {'1 - hook share':>15}")
+    print(f"{'variant':<33} {'tok/s':>7} {'vs off':>7}   {'hook ms/step':>12} {'1 - hook share':>15}")
     for variant in variants:
         median = statistics.median(r.tokens_per_s for r in runs[variant])
         per_step = statistics.median(r.hook_ms_per_step for r in runs[variant])
         share = statistics.median(r.hook_share for r in runs[variant])
-        print(f"{variant:<28} {median:7.1f} {median / base:6.3f}x   {per_step:12.3f} {1 - share:14.3f}x")
+        print(f"{variant:<33} {median:7.1f} {median / base:6.3f}x   {per_step:12.3f} {1 - share:14.3f}x")
         if variant.startswith("verify"):
             rate = statistics.median(r.verified_per_s for r in runs[variant])
             taken = statistics.median(r.verify_share for r in runs[variant])
