@@ -56,6 +56,10 @@ class ReferenceRefused(Exception):
     """The reference could not run without touching what it must not (the message says what)."""
 
 
+class NoRoom(ReferenceRefused):
+    """The KV pool has no room for the prefix without evicting: the engine's load, not an error."""
+
+
 @dataclass(frozen=True)
 class ReferenceRun:
     """What one reference prefill cost."""
@@ -120,7 +124,7 @@ class ReferencePrefill:
         if not tokens:
             raise ReferenceRefused("the empty prefix has no state")
         if not self.room(len(tokens)):
-            raise ReferenceRefused(f"no room for {len(tokens)} tokens without evicting")
+            raise NoRoom(f"no room for {len(tokens)} tokens without evicting")
         began = time.perf_counter()
         req = self._request(tokens)
         saved = _FreeLists.save(self.allocator)

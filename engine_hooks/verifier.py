@@ -40,7 +40,6 @@ import torch
 
 from mcinspect.checks.recompute import beyond
 from mcinspect.schema import (
-    GONE_BEFORE_TURN,
     SCHEMA_VERSION,
     NodeId,
     NodeVerdict,
@@ -56,7 +55,7 @@ from mcinspect_kernels.fingerprint import fingerprint_slots
 
 from . import extensions
 from .config import HooksConfig
-from .reference import ReferenceRefused
+from .reference import NoRoom, ReferenceRefused
 from .state_log import CachedState, StateLog
 from .verify_budget import VerifyBudget
 from .verify_oracles import Distances, EngineOracle, TensorOracle
@@ -468,11 +467,14 @@ class Verifier:
         state = ticket.todo.pop(0)
         verdicts = []
         if self.slot_of(state.node) != state.slot:
-            verdicts.append(_error(state.node, state.slot, GONE_BEFORE_TURN))
+            verdicts.append(_error(state.node, state.slot, "the node lost its state before its turn", skipped=True))
         else:
             for oracle in self.oracles():
                 try:
                     distances = oracle.distances(state.slot, state.tokens)
+                except NoRoom as exc:
+                    verdicts.append(_error(state.node, state.slot, f"{oracle.name} oracle: {exc} (the engine is loaded)", skipped=True))
+                    continue
                 except Exception as exc:  # noqa: BLE001  a request's answer, not the engine's problem
                     verdicts.append(_error(state.node, state.slot, f"{oracle.name} oracle: {exc}"))
                     continue
@@ -559,8 +561,8 @@ class Verifier:
         )
 
 
-def _error(node: NodeId, slot: int, reason: str) -> NodeVerdict:
-    return NodeVerdict(node, SlotId(slot), 0, "", -1.0, -1.0, error=reason)
+def _error(node: NodeId, slot: int, reason: str, *, skipped: bool = False) -> NodeVerdict:
+    return NodeVerdict(node, SlotId(slot), 0, "", -1.0, -1.0, error=reason, skipped=skipped)
 
 
 def _beyond(distances: Distances, oracle: str, forward: str) -> bool:

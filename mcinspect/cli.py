@@ -494,8 +494,9 @@ def verify(
     prefix match, no insert: the tree and its LRU stay as they are) and compares the result with
     the node's slot, per conv tensor and for the SSM state. Works on any model and device the
     engine serves; it runs between the engine's batches. Exit 0: all equal; 1: a mismatch; 2: bad
-    input (unknown node, engine unreachable, model without mamba state) or a named node evicted
-    before its turn (under --all such nodes are listed and skipped).
+    input (unknown node, engine unreachable, model without mamba state) or a named node the
+    engine's load kept from its turn: evicted while it waited, or no KV room for its prefix
+    without evicting (under --all such nodes are listed and skipped).
     """
     from .cli_output import print_verdicts
     from .verify_command import exit_code, verify_nodes

@@ -579,11 +579,6 @@ class Stats(_Message):
     recording that starts before a workload waits for it, so it holds the first step's events."""
 
 
-GONE_BEFORE_TURN = "the node lost its state before its turn"
-"""NodeVerdict.error of a node evicted (or split) while it waited: under `verify --all` on a busy
-engine a skip, not a failure."""
-
-
 class NodeVerdict(msgspec.Struct, frozen=True):
     """One node's state compared with a recompute, for `mcinspect verify`."""
 
@@ -597,6 +592,9 @@ class NodeVerdict(msgspec.Struct, frozen=True):
     """Why it could not be verified ("" when it was)."""
     forward: str = ""
     """The forward that wrote the state, where the engine saw it ("extend", "decode", "finish")."""
+    skipped: bool = False
+    """Not verified because of the engine's load (the node evicted while it waited, no KV room
+    for the prefix without evicting): under `verify --all` a skip, not a failure."""
 
 
 class VerifyStatus(_Message):

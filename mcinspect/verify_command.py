@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .checks.recompute import beyond, tolerances
 from .errors import McinspectError
-from .schema import GONE_BEFORE_TURN, SCHEMA_VERSION, EngineInfo, GetVerify, Hello, NodeId, NodeVerdict, StartVerify, VerifyStatus
+from .schema import SCHEMA_VERSION, EngineInfo, GetVerify, Hello, NodeId, NodeVerdict, StartVerify, VerifyStatus
 from .target import Target
 
 POLL_S = 0.2
@@ -76,9 +76,9 @@ def _status(reply: object) -> VerifyStatus:
 
 def exit_code(judged: list[Judged], everything: bool = False) -> int:
     """2 when a node could not be verified (bad input), else 1 on a mismatch, else 0. Under
-    `--all` a node evicted while it waited is skipped (the engine kept serving), unless that left
-    nothing verified."""
-    skipped = [j for j in judged if everything and j.verdict.error == GONE_BEFORE_TURN]
+    `--all` a node the engine's load kept from its turn (evicted while it waited, no KV room) is
+    skipped, unless that left nothing verified."""
+    skipped = [j for j in judged if everything and j.verdict.skipped]
     if any(j.equal is None for j in judged if j not in skipped) or (skipped and len(skipped) == len(judged)):
         return 2
     return 1 if any(j.equal is False for j in judged) else 0

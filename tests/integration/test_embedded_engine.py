@@ -78,6 +78,7 @@ CONFIGS = {
     "extra_buffer-p16-no-overlap": ("--strategy", "extra_buffer", "--page-size", "16", "--no-overlap"),
     "extra_buffer_lazy-p16": ("--strategy", "extra_buffer_lazy", "--page-size", "16"),
     "extra_buffer-p16-rust": ("--strategy", "extra_buffer", "--page-size", "16", "--tree-core", "rust"),
+    "extra_buffer-p16-mixed": ("--strategy", "extra_buffer", "--page-size", "16", "--mixed-chunk"),
 }
 
 
@@ -94,6 +95,12 @@ def test_workload_runs_hits_the_cache_and_shuts_down_clean(name: str) -> None:
         assert summary["cached_by_kind"]["shared-prefix"] > 0
         assert summary["cached_by_kind"]["chunked"] > 0
     stats = summary["stats"]
+    if name != "no_buffer-p1":  # every track path ran: the demo summary's "cache paths"
+        paths = stats["paths"]
+        assert all(
+            paths[p] > 0 for p in ("prefill checkpoint", "decode checkpoint", "chunk donation", "finish donation", "copy-on-write")
+        ), paths
+        assert (paths["mixed batch"] > 0) == ("--mixed-chunk" in CONFIGS[name]), paths
     assert stats["hook_errors"] == 0
     assert stats["step"] > 0 and 0 < stats["mamba_slots_peak"] <= stats["mamba_pool_size"]
     assert run.leftovers == [], f"engine processes left behind: {run.leftovers}"

@@ -9,8 +9,6 @@ import subprocess
 
 import pytest
 
-from mcinspect.schema import GONE_BEFORE_TURN
-
 from engine_runs import MCINSPECT
 from live_demo import LiveDemo, snapshot_of
 
@@ -25,10 +23,10 @@ def test_every_cached_state_of_the_live_engine_equals_its_recompute(live: LiveDe
     state = snapshot_of(live.target).state
     holders = {node.id for node in state.nodes.values() if node.mamba_slot > 0}
     done = verify(live, "--all", "--json")
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 0, ([row for row in rows if row["verdict"] != "equal"], done.stderr[-2000:])
     assert {row["node"] for row in rows} == holders and len(rows) >= 5
-    verified = [row for row in rows if row["error"] != GONE_BEFORE_TURN]  # the served trickle evicts some
+    verified = [row for row in rows if not row["skipped"]]  # the served trickle evicts some, fills the KV pool
     assert len(verified) >= 5
     assert all(row["verdict"] == "equal" and row["oracle"] == "engine" and row["tokens"] > 0 for row in verified)
     assert all(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from mcinspect.schema import GONE_BEFORE_TURN, NodeId, NodeVerdict, SlotId
+from mcinspect.schema import NodeId, NodeVerdict, SlotId
 from mcinspect.verify_command import exit_code, judge
 
 
-def verdict(node: int, temporal: float = 0.0, error: str = "") -> NodeVerdict:
-    return NodeVerdict(NodeId(node), SlotId(node), 64, "engine", 0.0, temporal, error=error, forward="extend")
+def verdict(node: int, temporal: float = 0.0, error: str = "", skipped: bool = False) -> NodeVerdict:
+    return NodeVerdict(NodeId(node), SlotId(node), 64, "engine", 0.0, temporal, error=error, forward="extend", skipped=skipped)
 
 
 def test_equal_mismatch_and_unverifiable() -> None:
@@ -17,8 +17,8 @@ def test_equal_mismatch_and_unverifiable() -> None:
     assert exit_code([judge(verdict(1)), judge(verdict(9, error="the node holds no mamba state"))]) == 2
 
 
-def test_a_node_evicted_while_waiting_is_skipped_only_under_all() -> None:
-    gone = judge(verdict(3, error=GONE_BEFORE_TURN))
+def test_a_node_the_load_kept_from_its_turn_is_skipped_only_under_all() -> None:
+    gone = judge(verdict(3, error="the node lost its state before its turn", skipped=True))
     assert exit_code([judge(verdict(1)), gone], everything=True) == 0
     assert exit_code([judge(verdict(1, temporal=0.5)), gone], everything=True) == 1
     assert exit_code([judge(verdict(1)), gone]) == 2  # a node the user named
