@@ -27,10 +27,10 @@ VERIFY_MODES = ("off", "engine", "transformers", "both")
 embedded CPU engine's independent implementation; both: each state by each oracle."""
 VERIFY_SHARE_ENV = "MCINSPECT_VERIFY_SHARE"
 DEFAULT_VERIFY_SHARE = 0.05
-"""Reference prefills may take at most this share of the scheduler's time while requests run
+"""Reference prefills may take at most this share of the scheduler's time, idle turns included
 (5%: a prefill of a cached prefix costs about what its first serving did, so verifying most new
-states of a cache-heavy workload fits, and users lose at most ~5% throughput). While the engine
-is idle they run one per idle turn, costing nobody."""
+states of a cache-heavy workload fits, and users lose at most ~5% throughput; an idle turn can
+end with a request arriving, which then waits for the reference)."""
 VERIFY_RATE_ENV = "MCINSPECT_VERIFY_RATE"
 DEFAULT_VERIFY_RATE = 20.0
 """At most this many reference prefills a second, busy or idle."""

@@ -235,9 +235,9 @@ class Verifier:
         behind = self._working_refs < self.working_share * (self._references + 1)
         if self.working_share > 0 and not idle and not self._working_this_turn and (state is None or behind):
             pick = self._working_candidate()
-            if pick is not None and self.budget.allows(now, pick[2], idle=idle):
+            if pick is not None and self.budget.allows(now, pick[2]):
                 return ("working", pick)
-        if state is None or state.tokens is None or not self.budget.allows(now, len(state.tokens), idle=idle):
+        if state is None or state.tokens is None or not self.budget.allows(now, len(state.tokens)):
             return None
         return ("cached", state)
 
@@ -305,7 +305,7 @@ class Verifier:
                 self._failed_once = True
                 logger.exception("mcinspect: a reference recompute failed; the engine is unaffected")
             return None
-        self.budget.spent(distances.seconds, distances.tokens, idle=idle)
+        self.budget.spent(distances.seconds, distances.tokens)
         self._count(seconds=distances.seconds, busy=0.0 if idle else distances.seconds, tokens=distances.tokens)
         return distances
 

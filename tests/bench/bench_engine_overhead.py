@@ -127,7 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--only", help="Comma-separated variants to run ('hooks off' always runs).")
+    parser.add_argument("--only", help="Variants to run, separated by semicolons ('hooks off' always runs).")
     args = parser.parse_args()
     variants = [
         "hooks off",
@@ -141,7 +141,7 @@ def main() -> None:
         "verify engine, demo budget",
     ]
     if args.only:
-        wanted = {name.strip() for name in args.only.split(",")}
+        wanted = {name.strip() for name in args.only.split(";")}
         unknown = wanted - set(variants)
         if unknown:
             parser.error(f"unknown variants {sorted(unknown)}; choose from {variants}")
