@@ -78,6 +78,9 @@ MAX_SCAN = 32
 MAX_PER_TURN = 8
 """References at one busy boundary, as the budget allows (its credit is capped at one second's
 worth of the share, so a boundary stalls for at most that plus one reference)."""
+ROOM_BACKOFF_S = 0.05
+"""After a scan found every ready state waiting for KV room, the next scan waits this long (or
+for a new state): the idle loop turns every few microseconds, and each scan reads the tree."""
 
 Job = tuple[str, Any]
 """("cached", CachedState) or ("working", (request, slot, seqlen))."""
@@ -126,6 +129,8 @@ class Verifier:
         self.working_share = config.verify_working
         self._oracles: list[Any] | None = None
         self._queue: deque[CachedState] = deque()
+        self._scan_after = 0.0
+        """perf_counter time before which _ready_state does not scan again (ROOM_BACKOFF_S)."""
         self._known: OrderedDict[NodeId, CachedState] = OrderedDict()
         """Every state seen inserted and not yet known gone, by node (tokens bounded)."""
         self._known_tokens = 0
@@ -198,6 +203,7 @@ class Verifier:
 
     def _take_in(self, states: Iterable[CachedState]) -> None:
         for state in states:
+            self._scan_after = 0.0  # a new state may fit where the waiting ones do not
             if len(self._queue) >= MAX_QUEUE:
                 self._queue.popleft()
                 self._count(gone=1)
@@ -231,6 +237,8 @@ class Verifier:
         of references is below MCINSPECT_VERIFY_WORKING (or nothing cached is ready), else the
         oldest cached state that is ready; either only if the budget allows it."""
         now = time.perf_counter()
+        if not self.budget.ready(now):
+            return None
         state = self._ready_state(step)
         behind = self._working_refs < self.working_share * (self._references + 1)
         if self.working_share > 0 and not idle and not self._working_this_turn and (state is None or behind):
@@ -244,6 +252,9 @@ class Verifier:
     def _ready_state(self, step: Step) -> CachedState | None:
         """The oldest queued state whose forward has finished, whose node still holds it, and
         for which the pools have room now (a long prefix waiting for room holds up no other)."""
+        now = time.perf_counter()
+        if now < self._scan_after:
+            return None
         waiting = False
         for state in list(itertools.islice(self._queue, MAX_SCAN)):
             if state.step > step or (state.step == step and not self._cpu):
@@ -258,6 +269,7 @@ class Verifier:
             waiting = True
         if waiting:
             self._count(no_room=1)
+            self._scan_after = now + ROOM_BACKOFF_S
         return None
 
     def _agree(self, job: Job | None, step: Step) -> Job | None:

@@ -25,14 +25,21 @@ class VerifyBudget:
     _seconds_per_token: float = 0.0
 
     def _accrue(self, now: float) -> None:
-        if self._last is None:
+        if self._last is None:  # a fresh engine starts with one second's worth of both
             self._last = now
             self._tokens = 1.0
+            self._credit = self.share
             return
         elapsed = max(0.0, now - self._last)
         self._last = now
         self._credit = min(self._credit + elapsed * self.share, self.share)
         self._tokens = min(self._tokens + elapsed * self.rate, max(self.rate, 1.0))
+
+    def ready(self, now: float) -> bool:
+        """Whether any reference could run now (checked before looking for one: the idle loop
+        asks at every turn, and the search reads the tree)."""
+        self._accrue(now)
+        return self._tokens >= 1.0 and self._credit > 0.0
 
     def allows(self, now: float, tokens: int) -> bool:
         """Whether a reference of `tokens` tokens may run now."""

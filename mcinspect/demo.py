@@ -44,6 +44,9 @@ class DemoSummary:
     requests_with_hits: int = 0
     cached_by_kind: dict[str, int] = field(default_factory=dict)
     output_digest: str = ""
+    workload_hook_seconds: float = 0.0
+    """Stats.hook_seconds when the workload ended (the final stats come after the verifier's
+    queue drained, references the idle engine ran included)."""
     stats: Stats | None = None
 
     @property
@@ -92,7 +95,8 @@ def run_demo(
         with recording:
             _drive(engine, Workload(seed=config.seed, total_requests=requests), summary, on_wave_done)
         if config.inspector_port is not None:
-            summary.stats = _final_stats(Target("127.0.0.1", config.inspector_port), verifying=config.verify != "off")
+            at_end, summary.stats = _final_stats(Target("127.0.0.1", config.inspector_port), verifying=config.verify != "off")
+            summary.workload_hook_seconds = at_end.hook_seconds if at_end is not None else 0.0
         after_workload(summary)
         return summary
     finally:
@@ -105,14 +109,17 @@ waits for room no idle engine will free)."""
 VERIFY_WAIT_S = 60.0
 
 
-def _final_stats(target: Target, *, verifying: bool) -> Stats | None:
-    """The engine's stats once the verifier has worked through the states the workload cached
-    (it runs while the engine idles), or after VERIFY_WAIT_S."""
+def _final_stats(target: Target, *, verifying: bool) -> tuple[Stats | None, Stats | None]:
+    """The engine's stats at the workload's end, and once the verifier has worked through the
+    states the workload cached (it runs while the engine idles), or after VERIFY_WAIT_S."""
     ask = GetStats(schema_version=SCHEMA_VERSION)
     # generous: on a loaded machine the engine may still be draining the last steps
     reply = request(target, ask, timeout_s=30)
-    if not isinstance(reply, Stats) or not verifying:
-        return reply if isinstance(reply, Stats) else None
+    if not isinstance(reply, Stats):
+        return None, None
+    at_end = reply
+    if not verifying:
+        return at_end, reply
     deadline = time.monotonic() + VERIFY_WAIT_S
     progress, settled_at = (reply.verify.verified, reply.verify.gone), time.monotonic()
     while reply.verify.queued and time.monotonic() < deadline:
@@ -125,7 +132,7 @@ def _final_stats(target: Target, *, verifying: bool) -> Stats | None:
             progress, settled_at = (reply.verify.verified, reply.verify.gone), time.monotonic()
         elif time.monotonic() - settled_at > VERIFY_SETTLE_S:
             break
-    return reply
+    return at_end, reply
 
 
 def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> tuple[Any, EngineInfo | None]:
