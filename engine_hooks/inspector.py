@@ -48,8 +48,8 @@ from . import extensions
 from .capture import Capture
 from .config import HooksConfig
 from .contents import ContentCapture
-from .cpu_engine.families import family_of_architecture
 from .events import EventSink
+from .families import family_of_architecture
 from .guard import ErrorCounter
 from .live_cadence import LiveCadence
 from .publisher import Publisher

@@ -123,7 +123,7 @@ class Verify(str, enum.Enum):
 
 
 class Model(str, enum.Enum):
-    """The embedded engine's model families (`mcinspect_engine_hooks.cpu_engine.families`)."""
+    """The embedded engine's model families (`mcinspect_engine_hooks.families`)."""
 
     qwen3_next = "qwen3-next"
     nemotron_h = "nemotron-h"

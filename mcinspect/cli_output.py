@@ -145,7 +145,7 @@ def print_summary(summary: DemoSummary) -> None:
     table = Table(title="mcinspect demo summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    from mcinspect_engine_hooks.cpu_engine.families import get_family
+    from mcinspect_engine_hooks.families import get_family
 
     engine = summary.engine
     table.add_row("model", summary.model + (f" ({engine.model_path})" if engine is not None else ""))

@@ -13,8 +13,8 @@ from typing import Any
 from mcinspect.errors import McinspectError
 
 from ..config import PORT_ENV, VERIFY_ENV, VERIFY_MODES, VERIFY_RATE_ENV, VERIFY_SHARE_ENV, ConfigError, HooksConfig
+from ..families import DEFAULT_FAMILY, FAMILIES
 from . import patches
-from .families import DEFAULT_FAMILY, FAMILIES
 from .tiny_model import ensure_tiny_model
 
 STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .families import NEMOTRON_H, family_of_architecture
+from ..families import NEMOTRON_H, family_of_architecture
 
 DEFAULT_CACHE_ENTRIES = 512
 """States kept by prefix; each is a few KB for the tiny model."""

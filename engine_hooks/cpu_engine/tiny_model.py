@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .families import DEFAULT_FAMILY, get_family
+from ..families import DEFAULT_FAMILY, get_family
 from .tiny_nemotron_h import TinyNemotronHSpec
 from .tiny_qwen3_5 import TinyQwen35Spec
 from .tiny_qwen3_next import TinyQwen3NextSpec

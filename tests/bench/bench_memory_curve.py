@@ -22,9 +22,9 @@ from mcinspect.checks.recompute import tolerances  # noqa: E402
 
 TOLERANCE = tolerances("engine", "extend")["temporal"]
 """The tightest T2 tolerance: the engine oracle's for a state a prefill wrote."""
-from mcinspect_engine_hooks.cpu_engine.families import FAMILIES  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.oracle import RecomputeOracle  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.tiny_model import ensure_tiny_model  # noqa: E402
+from mcinspect_engine_hooks.families import FAMILIES  # noqa: E402
 
 
 def main() -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mcinspect_engine_hooks.cpu_engine.families import DEFAULT_FAMILY, FAMILIES
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, RECOMPUTE_CHECK
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
+from mcinspect_engine_hooks.families import DEFAULT_FAMILY, FAMILIES
 
 from engine_runs import MCINSPECT, free_port_pair
 

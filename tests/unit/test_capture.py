@@ -388,7 +388,7 @@ def test_rust_core_shows_request_paths_and_tree_slots(hooks: tuple[EventSink, Er
 def test_engine_info_reads_one_slots_state_layout_from_the_pool() -> None:
     """cpu_cache's pool: one mamba layer, Mamba2 shape with intermediate 16, 1 group, d_state 4,
     1 head of dim 4, kernel 4, both tensors bf16 (SGLANG_MAMBA_SSM_DTYPE)."""
-    from mcinspect_engine_hooks.cpu_engine.families import family_of_architecture
+    from mcinspect_engine_hooks.families import family_of_architecture
     from mcinspect_engine_hooks.inspector import state_shapes
 
     cache = cpu_cache.build_cache()

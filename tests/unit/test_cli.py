@@ -21,7 +21,7 @@ def test_unknown_strategy_is_a_usage_error() -> None:
 
 def test_model_families_are_the_engines_and_a_wrong_one_is_a_usage_error() -> None:
     from mcinspect.cli import Model
-    from mcinspect_engine_hooks.cpu_engine.families import DEFAULT_FAMILY, FAMILIES
+    from mcinspect_engine_hooks.families import DEFAULT_FAMILY, FAMILIES
 
     assert [m.value for m in Model] == list(FAMILIES) and DEFAULT_FAMILY == "qwen3-next"
     result = runner.invoke(app, ["demo", "--headless", "--model", "mamba3"])

@@ -61,3 +61,12 @@ def test_flag_installs_ops_stubs_and_sglang_patches() -> None:
         """
     )
     assert _python(code, MCINSPECT_CPU_ENGINE="1") == "1"
+
+
+def test_the_engine_plugin_loads_no_embedded_engine_code() -> None:
+    """What a GPU server imports (the plugin, the inspector it builds) needs no cpu_engine module."""
+    code = (
+        "import sys, mcinspect_engine_hooks.plugin, mcinspect_engine_hooks.inspector\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mcinspect_engine_hooks.cpu_engine')))"
+    )
+    assert _python(code) == "[]"

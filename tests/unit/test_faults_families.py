@@ -19,10 +19,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from fault_support import both  # noqa: E402  (tests/support)
 
-from mcinspect_engine_hooks.cpu_engine.families import FAMILIES  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, Fault, initial_state  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV  # noqa: E402
 from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, EngineStartError, validate  # noqa: E402
+from mcinspect_engine_hooks.families import FAMILIES  # noqa: E402
 from mcinspect_kernels.cpu_ops.selective_scan import mamba_chunk_scan_combined_cpu  # noqa: E402
 
 CHUNK = 64

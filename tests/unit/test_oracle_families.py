@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mcinspect_engine_hooks.cpu_engine.families import get_family
 from mcinspect_engine_hooks.cpu_engine.oracle import RecomputeOracle
 from mcinspect_engine_hooks.cpu_engine.tiny_model import ensure_tiny_model
+from mcinspect_engine_hooks.families import get_family
 from mcinspect_kernels.cpu_ops import (
     causal_conv1d_fn_cpu,
     chunk_gated_delta_rule_cpu,

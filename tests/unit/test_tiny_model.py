@@ -11,9 +11,9 @@ import pytest
 from memory_curve import memory_curve
 
 from mcinspect.checks.recompute import tolerances
-from mcinspect_engine_hooks.cpu_engine.families import FAMILIES, get_family
 from mcinspect_engine_hooks.cpu_engine.oracle import RecomputeOracle
 from mcinspect_engine_hooks.cpu_engine.tiny_model import TINY_SPECS, TinyQwen3NextSpec, ensure_tiny_model, write_tiny_model
+from mcinspect_engine_hooks.families import FAMILIES, get_family
 
 TOLERANCE = tolerances("engine", "extend")["temporal"]
 """The tightest T2 tolerance: the engine oracle's for a state a prefill wrote."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..families import DEFAULT_FAMILY, FAMILIES
+from ...families import DEFAULT_FAMILY, FAMILIES
 
 HookKind = Literal["before", "after", "around", "replace"]
 """sglang's HookType values (`sglang.srt.plugins.hook_registry.HookType`)."""

@@ -1,4 +1,5 @@
-"""The hybrid model families the embedded engine serves, and how each lays out its mamba state.
+"""The hybrid model families mcinspect knows, and how each lays out its mamba state: the
+embedded engine serves a tiny model of each, and a production engine's EngineInfo names its own.
 
 A family is named by the checkpoint's architecture; its state layout says what sglang's mamba
 pool holds per slot and layer (`mamba_cache.conv[i][layer, slot]`, `.temporal[layer, slot]`):
