@@ -35,10 +35,10 @@ tests/bench/calibrate_t2.py (160 requests a run; README, "T2 verification"):
 - engine, a state a prefill wrote (tracked or final): the same kernels on both sides. NemotronH's
   clean states are bit-exact (0); the gated delta net's reach 0.009 (a tracked checkpoint comes
   from FLA's chunk states `h`, rounded to bf16, the reference's from its fp32 final state);
-  faulty states start at 0.25 (temporal) / 0.066 (conv).
+  faulty states start at 0.25 (temporal) / 0.062 (conv).
 - engine-decoded, a state decode steps wrote (no_buffer's finished working slot, a decode-tracked
   checkpoint, a working state after decoding): the token-by-token recurrence against the
-  reference's chunked prefill; clean 0.008, faulty from 0.31 (temporal) / 0.11 (conv).
+  reference's chunked prefill; clean 0.008, faulty from 0.31 (temporal) / 0.074 (conv).
 - transformers: two implementations of a bf16 model; a conv window holds the last kernel - 1
   inputs rounded to bf16, where one flipped expert of Qwen3-Next's MoE changes a whole input,
   so it is allowed more (a fault shows in the temporal state, which holds the whole prefix)."""
