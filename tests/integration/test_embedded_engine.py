@@ -25,8 +25,9 @@ from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow
 
-REQUESTS = 160
-"""Long enough for every workload kind, memory pressure and evictions in each configuration."""
+REQUESTS = 100
+"""Long enough for every workload kind and track path, memory pressure and evictions in each
+configuration (the calibration runs 160 a configuration: README)."""
 RECORDINGS = Path(tempfile.mkdtemp(prefix="mcinspect-engine-runs-"))
 
 

@@ -24,8 +24,8 @@ from engine_runs import MCINSPECT, free_port_pair
 
 pytestmark = pytest.mark.slow
 
-REQUESTS = 32
-"""Every fault's first action comes within the first 30 steps; a run lasts about 150."""
+REQUESTS = 24
+"""Every fault's first action in CI comes within the first 30 steps; a run lasts about 110."""
 DETECTION_STEPS = 3
 MATRIX_ENV = "MCINSPECT_FAULT_MATRIX"
 """Set to 1 for every fault under every model family and configuration it applies to (~80
