@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from . import state_memory
-from .tiny_qwen3_next import layer_types
+from .tiny_qwen3_next import build_gdn_model, layer_types
 from .tiny_spec import TinySpec, rewrite_config, save
 
 
@@ -39,7 +39,6 @@ class TinyQwen35Spec(TinySpec):
     seed: int = 0
 
     def write(self, out_dir: Path) -> None:
-        import torch
         from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
         config = Qwen3_5TextConfig(
@@ -63,15 +62,7 @@ class TinyQwen35Spec(TinySpec):
             eos_token_id=2,
             pad_token_id=0,
         )
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(self.seed)
-            model = Qwen3_5ForCausalLM(config)
-            state_memory.add_bias_channel(model.model.embed_tokens.weight, model.lm_head.weight)
-            bias = state_memory.normalised_bias(model.model.embed_tokens.weight)
-            for layer in model.model.layers:
-                if hasattr(layer, "linear_attn"):
-                    remember_gdn_qwen3_5(layer.linear_attn, self, bias)
-            model = model.to(torch.bfloat16)
+        model = build_gdn_model(Qwen3_5ForCausalLM, config, self.seed, lambda gdn, bias: remember_gdn_qwen3_5(gdn, self, bias))
         save(model, out_dir)
         # sglang's Qwen3.5 config derives its layer kinds from this key, transformers from layer_types
         rewrite_config(out_dir, {"full_attention_interval": self.full_attention_interval})

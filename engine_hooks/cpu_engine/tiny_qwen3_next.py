@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from . import state_memory
 from .tiny_spec import TinySpec, save
@@ -42,7 +43,6 @@ class TinyQwen3NextSpec(TinySpec):
     seed: int = 0
 
     def write(self, out_dir: Path) -> None:
-        import torch
         from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
         config = Qwen3NextConfig(
@@ -73,17 +73,25 @@ class TinyQwen3NextSpec(TinySpec):
             eos_token_id=2,
             pad_token_id=0,
         )
-        # Private generator state: seeding must not disturb (or depend on) the caller's RNG.
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(self.seed)
-            model = Qwen3NextForCausalLM(config)
-            state_memory.add_bias_channel(model.model.embed_tokens.weight, model.lm_head.weight)
-            bias = state_memory.normalised_bias(model.model.embed_tokens.weight)
-            for layer in model.model.layers:
-                if hasattr(layer, "linear_attn"):
-                    remember_gdn_qwen3_next(layer.linear_attn, self, bias)
-            model = model.to(torch.bfloat16)
+        model = build_gdn_model(Qwen3NextForCausalLM, config, self.seed, lambda gdn, bias: remember_gdn_qwen3_next(gdn, self, bias))
         save(model, out_dir)
+
+
+def build_gdn_model(model_class: Any, config: object, seed: int, remember: Callable[[Any, float], None]) -> Any:
+    """A seeded bf16 model whose gated delta nets remember (`remember(gdn, bias)` on each), with
+    the embedding's bias channel they read; shared by the GDN families' writers."""
+    import torch
+
+    # Private generator state: seeding must not disturb (or depend on) the caller's RNG.
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        model = model_class(config)
+        state_memory.add_bias_channel(model.model.embed_tokens.weight, model.lm_head.weight)
+        bias = state_memory.normalised_bias(model.model.embed_tokens.weight)
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                remember(layer.linear_attn, bias)
+        return model.to(torch.bfloat16)
 
 
 def remember_gdn_qwen3_next(gdn: object, spec: TinyQwen3NextSpec, bias: float) -> None:
