@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
 
 REQUESTS = 24
 """Every fault's first action in CI comes within the first 30 steps; a run lasts about 110."""
+CLEAN_REQUESTS = 48
+"""A clean run must reach mamba eviction; with 24 requests nemotron-h's pool never fills."""
 DETECTION_STEPS = 3
 MATRIX_ENV = "MCINSPECT_FAULT_MATRIX"
 """Set to 1 for every fault under every model family and configuration it applies to (~80
@@ -71,10 +73,12 @@ CLEAN_CASES = [("nemotron-h", "extra_buffer", 16)]
 in test_embedded_engine; the transformers oracle on it in test_oracle)."""
 
 
-def record_and_check(tmp_path: Path, *demo_args: str, env: dict[str, str] | None = None) -> tuple[list[dict], dict]:
+def record_and_check(
+    tmp_path: Path, *demo_args: str, env: dict[str, str] | None = None, requests: int = REQUESTS
+) -> tuple[list[dict], dict]:
     recording = tmp_path / "run.mcrec"
     demo = subprocess.run(
-        [MCINSPECT, "demo", "--json", "--requests", str(REQUESTS), "--port", str(free_port_pair()), "--record", str(recording), *demo_args],
+        [MCINSPECT, "demo", "--json", "--requests", str(requests), "--port", str(free_port_pair()), "--record", str(recording), *demo_args],
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-3000:]
@@ -155,7 +159,7 @@ def test_a_lost_copy_on_write_is_caught_in_the_working_state_while_every_cached_
 @pytest.mark.parametrize("model, strategy, page_size", clean_runs())
 def test_clean_run_has_no_violations(model: str, strategy: str, page_size: int, tmp_path: Path) -> None:
     args = ["--verify", "both", "--model", model, "--strategy", strategy, "--page-size", str(page_size)]
-    violations, summary = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV})
+    violations, summary = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV}, requests=CLEAN_REQUESTS)
     assert summary["stats"]["evicted_mamba_slots"] > 0  # the run did exercise eviction
     assert summary["engine"]["model_family"] == model
     assert violations == []
