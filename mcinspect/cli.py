@@ -188,6 +188,14 @@ def demo(
             help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal."
         ),
     ] = False,
+    http_port: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Serve the engine through sglang's own HTTP server (`python -m sglang.launch_server`) on this port; the workload, and your curl or OpenAI-client requests, go over HTTP. Implies --headless; add --serve to keep it up.",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
     self_check: Annotated[
         bool, typer.Option(help="Verify every captured step against a full re-read and sglang's counters (slow; for debugging mcinspect).")
     ] = False,
@@ -210,7 +218,7 @@ def demo(
 
     from .demo import run_demo
 
-    headless = headless or json_out or serve  # both are ways of running without the TUI
+    headless = headless or json_out or serve or http_port is not None  # ways of running without the TUI
     if not headless and not sys.stdout.isatty():
         fail("the TUI needs a terminal; add --headless for progress and a summary")
     if not headless and not hooks:
@@ -247,6 +255,7 @@ def demo(
                 on_wave_done=on_wave,
                 after_workload=(lambda s: serve_until_interrupted(s, port, json_out)) if serve else (lambda s: None),
                 record_path=record,
+                http_port=http_port,
             )
     except KeyboardInterrupt:
         if not serve:  # --serve runs until Ctrl-C: that is its normal end
@@ -559,3 +568,17 @@ def faults() -> None:
     from .cli_output import print_faults
 
     print_faults(FAULTS.values())
+
+
+@app.command("tiny-model")
+def tiny_model(
+    model: Annotated[Model, typer.Option(help="The model family.")] = Model.qwen3_next,
+) -> None:
+    """Write the embedded engine's tiny random-weight model (once; cached) and print its directory.
+
+    For sglang's own server on this CPU: `python -m sglang.launch_server --model-path "$(mcinspect
+    tiny-model)" --device cpu --skip-tokenizer-init ...` (README: "Using the hooks on your own engine").
+    """
+    from mcinspect_engine_hooks.cpu_engine.tiny_model import ensure_tiny_model
+
+    typer.echo(str(ensure_tiny_model(model.value)))

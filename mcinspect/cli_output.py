@@ -72,6 +72,11 @@ def serve_until_interrupted(summary: DemoSummary, port: int | None, json_out: bo
         typer.echo(json.dumps(summary_dict(summary)), nl=True)
     else:
         print_summary(summary)
+    if summary.http_url:
+        stderr.print(
+            f"sglang's HTTP server: {summary.http_url} (token ids in and out), e.g. "
+            f"""curl -s {summary.http_url}/generate -H 'Content-Type: application/json' -d '{{"input_ids": [1, 2, 3], "sampling_params": {{"max_new_tokens": 8}}}}'"""
+        )
     stderr.print(f"engine up: try `mcinspect info {port}` or `mcinspect snapshot {port} -o snap.json`; Ctrl-C stops it")
     while True:  # time.sleep is interrupted by SIGINT at once (a bare lock wait may not be)
         time.sleep(1)
@@ -189,6 +194,8 @@ def print_summary(summary: DemoSummary) -> None:
                 f"({stats.counters.unobserved_steps} of {stats.step} steps unobserved)",
             )
     table.add_row("engine start", f"{summary.engine_start_s:.1f} s")
+    if summary.http_url:
+        table.add_row("served by", f"sglang's HTTP server at {summary.http_url} (python -m sglang.launch_server)")
     table.add_row("output digest", f"{summary.output_digest} (same seed, same digest)")
     stdout.print(table)
 

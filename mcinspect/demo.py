@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcinspect_engine_hooks.cpu_engine.http_engine import start_http_engine
 from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, EngineStartError, start_engine
 from mcinspect_engine_hooks.cpu_engine.workload import Workload
 
@@ -48,6 +49,8 @@ class DemoSummary:
     """Stats.hook_seconds when the workload ended (the final stats come after the verifier's
     queue drained, references the idle engine ran included)."""
     stats: Stats | None = None
+    http_url: str = ""
+    """sglang's HTTP server the workload went through; empty for the in-process sglang.Engine."""
 
     @property
     def hit_rate(self) -> float:
@@ -71,12 +74,14 @@ def run_demo(
     on_wave_done: Callable[[int], None] = lambda done: None,
     after_workload: Callable[[DemoSummary], None] = lambda summary: None,
     record_path: str | None = None,
+    http_port: int | None = None,
 ) -> DemoSummary:
-    """Start the embedded engine, run the workload (recorded from its first step to
+    """Start the embedded engine (behind sglang's HTTP server on `http_port` if given, the
+    workload then going over HTTP), run the workload (recorded from its first step to
     `record_path` if given), collect the summary, then call `after_workload` (which may keep
     the engine up for other clients) and shut down."""
     started = time.perf_counter()
-    engine, info = _start_engine_with_hooks(config)
+    engine, info = _start_engine_with_hooks(config, http_port)
     recording = contextlib.nullcontext()
     if record_path is not None and config.inspector_port is not None:
         recording = _recording(Target("127.0.0.1", config.inspector_port), record_path)
@@ -90,6 +95,7 @@ def run_demo(
             verify=config.verify if config.inspector_port is not None else "off",
             model=config.model,
             engine=info,
+            http_url=getattr(engine, "url", ""),
         )
         on_engine_started(summary.engine_start_s)
         with recording:
@@ -136,10 +142,11 @@ def _final_stats(target: Target, *, verifying: bool) -> tuple[Stats | None, Stat
     return at_end, reply
 
 
-def _start_engine_with_hooks(config: EmbeddedEngineConfig) -> tuple[Any, EngineInfo | None]:
-    """start_engine and the hooks' EngineInfo; raise EngineStartError (engine shut down) if the
-    hooks did not come up with it: a hook that fails logs why and leaves the engine running, as it must."""
-    engine = start_engine(config)
+def _start_engine_with_hooks(config: EmbeddedEngineConfig, http_port: int | None = None) -> tuple[Any, EngineInfo | None]:
+    """The engine (in process, or sglang's HTTP server on `http_port`) and the hooks'
+    EngineInfo; raise EngineStartError (engine shut down) if the hooks did not come up with it:
+    a hook that fails logs why and leaves the engine running, as it must."""
+    engine = start_engine(config) if http_port is None else start_http_engine(config, http_port)
     if config.inspector_port is None:
         return engine, None
     try:

@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mcinspect.errors import McinspectError
@@ -158,8 +159,9 @@ def _raise_engine_died(signum: int, frame: Any) -> None:
     raise EngineDied("an sglang engine process failed; its traceback is in the log above")
 
 
-def start_engine(config: EmbeddedEngineConfig) -> Any:
-    """Start and return a sglang.Engine; raise EngineStartError with sglang's reason."""
+def prepare_engine_environment(config: EmbeddedEngineConfig) -> Path:
+    """Validate `config`, set the environment the engine's processes read (the CPU patches,
+    the hooks' port, fault and verifier settings) and return the tiny model's directory."""
     validate(config)
     os.environ[patches.ENV_FLAG] = "1"  # reaches the scheduler processes sglang spawns
     os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = config.tree_core
@@ -172,7 +174,12 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     os.environ.setdefault(VERIFY_SHARE_ENV, str(config.verify_share))
     os.environ.setdefault(VERIFY_RATE_ENV, str(config.verify_rate))
     patches.install()  # before the first sglang import in this process
-    model_path = ensure_tiny_model(config.model)
+    return ensure_tiny_model(config.model)
+
+
+def start_engine(config: EmbeddedEngineConfig) -> Any:
+    """Start and return a sglang.Engine; raise EngineStartError with sglang's reason."""
+    model_path = prepare_engine_environment(config)
     import sglang
     from sglang.srt.utils import kill_process_tree
 
