@@ -15,7 +15,8 @@ deltas whose cost scales with what changed.
 - KV: re-read only if the allocator bound a new free list (O(free pages), vectorised).
 
 On sglang's Rust tree core there are no node hooks: each step re-reads the request paths and
-the tree-owned slots (O(paths + tree slots)); see adapter_0523.
+the tree-owned slots (O(paths + tree slots)); see adapter_0523 (the
+readers come from the sglang generation's adapter: generations.py).
 
 Consistency rule
 ----------------
@@ -68,19 +69,10 @@ from mcinspect.schema import (
     Step,
 )
 
-from .adapter_0523 import PythonTreeView, RustTreeView, UnsupportedCache, depth_of, is_python_core, node_end, supports
+from .adapter_0523 import UnsupportedCache, depth_of, node_end
 from .events import EventSink
-from .pools_0523 import (
-    HeldRequest,
-    KvReader,
-    RequestReader,
-    TreeSlots,
-    claims_for_slot,
-    free_mamba_slots,
-    held_requests,
-    mamba_pool_size,
-    session_kv,
-)
+from .generations import UNIFIED_TREE_CORE, Generation
+from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
 from .tensor_runs import ints_of_many
 
 
@@ -120,24 +112,25 @@ class DeltaParts:
 class Capture:
     """Full states and deltas of one scheduler's cache. Scheduler thread only.
 
-    `scheduler` is sglang's Scheduler (or anything with the attributes pools_0523 reads);
+    `scheduler` is sglang's Scheduler (or anything with the attributes `generation.pools` reads);
     `sink` must receive the hooks of `events.hook_points` for `step` to see node and slot
     changes, and serves this Capture alone (`full_state` restarts its dirty marks). The first
     `full_state` sets the baseline; `step` moves it forward.
     """
 
-    def __init__(self, scheduler: Any, sink: EventSink) -> None:
+    def __init__(self, scheduler: Any, sink: EventSink, generation: Generation = UNIFIED_TREE_CORE) -> None:
         tree_cache = scheduler.tree_cache
-        if not supports(tree_cache):
-            raise UnsupportedCache(f"{type(tree_cache).__name__} is not a UnifiedRadixCache with a MAMBA component")
+        if not generation.supports(tree_cache):
+            raise UnsupportedCache(f"{type(tree_cache).__name__} is not a cache the {generation.name} adapter reads")
         self.scheduler = scheduler
         self.sink = sink
         self.tree_cache = tree_cache
         self.pool = scheduler.req_to_token_pool
-        core = tree_cache.tree_core
-        self._view: PythonTreeView | RustTreeView = PythonTreeView(core) if is_python_core(tree_cache) else RustTreeView(core)
-        self._request_reader = RequestReader(self.pool)
-        self._kv_reader = KvReader(scheduler.token_to_kv_pool_allocator)
+        self._pools = pools = generation.pools
+        self._view: Any = generation.tree_view(tree_cache)
+        """A generations.TreeView: FullTreeView when `full_detail`, else PathTreeView."""
+        self._request_reader = pools.RequestReader(self.pool)
+        self._kv_reader = pools.KvReader(scheduler.token_to_kv_pool_allocator)
         self._nodes: dict[NodeId, NodeRecord] = {}
         self._slots: dict[SlotId, list[SlotClaim]] = {}
         self._requests: dict[Rid, RequestRecord] = {}
@@ -173,7 +166,7 @@ class Capture:
     @property
     def size(self) -> int:
         """Mamba pool slots (1..size)."""
-        return mamba_pool_size(self.pool)
+        return self._pools.mamba_pool_size(self.pool)
 
     def tree_owners(self) -> dict[SlotId, NodeId]:
         """Tree-owned slot -> its node, as of the last capture: -1 for a node the Rust core does
@@ -190,8 +183,8 @@ class Capture:
 
     def _full_state(self, step: Step, batch: Any) -> CacheState:
         self.sink.start_tracking()
-        held = held_requests(self.scheduler, batch)
-        if isinstance(self._view, PythonTreeView):
+        held = self._pools.held_requests(self.scheduler, batch)
+        if self._view.full_detail:
             self._arena = self._view.arena()
             self._max_node_id = max(self._arena, default=-1)
             self._nodes = self._view.all_records(self.sink.tombstones)
@@ -200,7 +193,7 @@ class Capture:
             self._nodes = self._view.path_records(_anchors(held))
             self._tree_slots = _index(self._nodes.values())
             self._tree_flat = self._view.tree_slots()
-        self._requests, self._req_claims = self._request_reader.read(held, session_kv(self.tree_cache))
+        self._requests, self._req_claims = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         self._admission = set(self.sink.admission_slots())
         self._free = free = self._read_free()
         in_tree = set(self._tree_flat.tolist())
@@ -224,12 +217,12 @@ class Capture:
     def step(self, step: Step, batch: Any = None) -> DeltaParts:
         """What changed since the previous capture; moves the baseline to now."""
         assert self._kv is not None, "full_state() first"
-        held = held_requests(self.scheduler, batch)
+        held = self._pools.held_requests(self.scheduler, batch)
         resync = self.sink.overflowed  # too many marks piled up: re-read all, then diff
         if resync:
             self.sink.start_tracking()
             self._arena = None
-        if isinstance(self._view, PythonTreeView):
+        if self._view.full_detail:
             upserts, removed = self._python_nodes()
         else:
             upserts, removed = self._rust_nodes(held)
@@ -257,7 +250,7 @@ class Capture:
 
     def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[Rid], set[int]]:
         """Move the request baseline: (upserts, removed, slots whose request claims changed)."""
-        records, claims = self._request_reader.read(held, session_kv(self.tree_cache))
+        records, claims = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         upserts = [r for rid, r in records.items() if self._requests.get(rid) != r]
         removed = [rid for rid in self._requests if rid not in records]
         moved = {s for s in claims.keys() | self._req_claims.keys() if claims.get(s) != self._req_claims.get(s)}
@@ -268,7 +261,6 @@ class Capture:
 
     def _python_nodes(self) -> tuple[list[NodeRecord], list[NodeId]]:
         view = self._view
-        assert isinstance(view, PythonTreeView)
         arena = view.arena()
         dirty = self.sink.take_dirty_nodes()
         if arena is not self._arena:  # reset() (or a mark overflow): every node may differ
@@ -294,7 +286,6 @@ class Capture:
 
     def _rust_nodes(self, held: dict[Rid, HeldRequest]) -> tuple[list[NodeRecord], list[NodeId]]:
         view = self._view
-        assert isinstance(view, RustTreeView)
         now = view.path_records(_anchors(held))
         upserts = [r for node_id, r in now.items() if self._nodes.get(node_id) != r]
         removed = [node_id for node_id in self._nodes if node_id not in now]
@@ -312,7 +303,7 @@ class Capture:
                 changed |= _unindex(self._tree_slots, old)
             self._nodes[record.id] = record
             changed |= _add(self._tree_slots, record)
-        if isinstance(self._view, RustTreeView):  # slots held by nodes the core does not show
+        if not self._view.full_detail:  # slots held by nodes the core does not show
             now = self._view.tree_slots()
             moved = torch.cat((now[~torch.isin(now, self._tree_flat)], self._tree_flat[~torch.isin(self._tree_flat, now)]))
             changed |= set(moved.tolist())
@@ -331,7 +322,7 @@ class Capture:
 
     def _read_free(self) -> set[int]:
         """The mamba allocator's free slots now (one device copy)."""
-        return set(ints_of_many([free_mamba_slots(self.pool)])[0])
+        return set(ints_of_many([self._pools.free_mamba_slots(self.pool)])[0])
 
     def _reclaim(self, slots: set[int], free: set[int]) -> dict[SlotId, list[SlotClaim]]:
         """New claim lists for `slots` (within 1..size) that differ from the baseline."""

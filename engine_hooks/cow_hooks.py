@@ -2,10 +2,7 @@
 after they ran and before the forward's layers extend the working slots (the only moment at
 which "the working slot equals its source" / "a cleared slot is zero" can be seen).
 
-| sglang 0.5.23 method | hook | what mcinspect does |
-|---|---|---|
-| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | around: before | keep the batch's COW / clear slot ids (the method sets them to None) |
-| same | around: after | queue a CowEvent (every extend forward, empty or not: check cow-ran), with the sources, destinations and cleared slots fingerprinted (T3) |
+Target: the `cow.copy` row of `hooks_0523.HOOKS` (around: before keeps the batch's COW / clear slot ids, which the method sets to None; after queues a CowEvent for every extend forward, empty or not: check cow-ran, with the sources, destinations and cleared slots fingerprinted: T3).
 
 The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
 are part of the forward; skipped for steps no client observes (`EventSink.observed`, checked
@@ -27,7 +24,6 @@ from mcinspect_kernels.fingerprint import fingerprint_slots
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 
-MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 ON_CUDA_ENV = "MCINSPECT_COW_FINGERPRINTS"
 
 
@@ -84,9 +80,3 @@ class CowHooks:
             return None
         slots = torch.cat([t.reshape(-1) for t in parts])
         return fingerprint_slots(list(cache.conv), cache.temporal, pool.translate_mamba_indices(slots))
-
-
-def cow_hook(sink: EventSink) -> tuple[str, Any, Any]:
-    """(target, before, after) for `ErrorCounter.around_observed`."""
-    hooks = CowHooks(sink)
-    return f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear", hooks.before, hooks.after

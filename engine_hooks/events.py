@@ -1,7 +1,7 @@
 """Hook bodies: schema events, and the dirty marks that let `Capture.step` skip the tree.
 
-`hook_points(sink, errors)` lists (sglang target, "before" | "after" | "around", guarded
-body) for the plugin to register with sglang's HookRegistry. Every body only reads sglang state
+`hook_points(sink, errors, log, hooks)` lists (sglang target, "before" | "after" | "around",
+guarded body) for the plugin to register with sglang's HookRegistry. Every body only reads sglang state
 and writes into the `EventSink`; each is wrapped by `ErrorCounter.guard`, so a failure is
 counted and swallowed, never raised into the scheduler. The dirty marks and the eviction counts
 run at every step; the hooks that only make events (marked "observed" below) run only in steps
@@ -11,33 +11,7 @@ the steps where some request reaches a checkpoint boundary). Tensors are never r
 slot ids are kept as tensors (cloned when sglang may overwrite them) and turned into ints once
 per step in `EventSink.drain`.
 
-Checked against sglang 0.5.23. Paths below are relative to `sglang.srt.`:
-
-| sglang method | hook | what mcinspect does |
-|---|---|---|
-| `mem_cache.unified_cache.unified_tree_core.UnifiedTreeCore._unregister_node` | after | node removed: dirty, forget tombstone, eviction record |
-| `...UnifiedTreeCore._update_evictable_leaf_sets` | after | most node changes end here (see below): dirty |
-| `...UnifiedTreeCore._touch_node` | after | the insert walk stamped last_access: dirty |
-| `...UnifiedTreeCore._match_post_processor` | after | a match stamped last_access root..best match: dirty path |
-| `...UnifiedTreeCore._evict_component_and_detach_lru` | after | a component value freed: dirty, tombstone, eviction record |
-| `...UnifiedTreeCore.set_component_device_value` | after | a state given to an existing node (also HiCache load-back): dirty |
-| `mem_cache.unified_cache.components.full.FullComponent.acquire_component_lock`, `.release_component_lock` | after | FULL lock refs change along the whole path: dirty path |
-| `mem_cache.unified_cache.components.mamba.MambaComponent.cleanup_after_caching_req` | before, observed | InsertEvent (slot, node, seqlen, donated ping-pong index) |
-| `mem_cache.unified_radix_cache.UnifiedRadixCache.match_prefix` | after, observed | MatchEvent; remembers the request for lock attribution |
-| `...UnifiedRadixCache.lock` / `.unlock` | after / before, observed | LockEvent |
-| `...UnifiedRadixCache.checkpoint_into_tree` | around, observed | request context for the lock moves it makes |
-| `...UnifiedRadixCache.claim_kv_row` | before, observed | request context for release_kv_cache's unlock |
-| `...UnifiedRadixCache.evict`, `.evict_for_alloc` | around, observed | one EvictEvent per outermost eviction |
-| `...UnifiedRadixCache._apply_eviction_result` | before | eviction counts; freed tree slots and KV tokens of each eviction step |
-| `...UnifiedRadixCache.on_release` | after, observed | RequestEvent finish |
-| `mem_cache.allocator.mamba.MambaSlotAllocator._do_alloc` / `.free` | after / before, observed | SlotEvent |
-| `...MambaSlotAllocator.alloc_group_begin` / `.alloc_group_end` | before / after, observed | admission group's pre-allocated slots |
-| `managers.schedule_batch.ScheduleBatch.prepare_for_extend` | before, observed | RequestEvent admit (requests without a KV row yet) |
-| `...ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend` | after, observed | TrackPlanEvent (prefill) |
-| `...ScheduleBatch.prepare_for_decode` | after, observed | TrackPlanEvent (decode boundary) |
-| `managers.schedule_batch.Req.reset_for_retract` | after, observed | RequestEvent retract |
-| `model_executor.model_runner.ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` | around, observed | CowEvent with fingerprints (cow_hooks.py) |
-| (the track-write hooks of `write_hooks.py`) | before / after, observed | TrackWriteEvent: the writes each forward ran |
+The targets, when each body runs and what it does: `hooks_0523.HOOKS` (the one hook table).
 
 The UnifiedTreeCore / FullComponent rows fire only with sglang's Python tree core; the Rust
 core runs that logic natively (see adapter_0523's "What the Rust core cannot show"). Node
@@ -50,29 +24,21 @@ same insert walk touched; LRU membership changes only with a value that is marke
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid, SlotEvent, TrackPlanEvent
 
-from .cow_hooks import cow_hook
+from .cow_hooks import CowHooks
 from .event_sink import DeferredSlot, DeferredSlots, EventSink
 from .guard import ErrorCounter
+from .hooks_0523 import Hook
 from .state_log import StateLog
-from .write_hooks import WriteHooks, write_hook_points
+from .write_hooks import WriteHooks
 
-__all__ = ["EventSink", "HookPoint", "hook_points", "state_log_points"]
-
-_SRT = "sglang.srt."
-TREE_CORE = _SRT + "mem_cache.unified_cache.unified_tree_core.UnifiedTreeCore"
-FULL_COMPONENT = _SRT + "mem_cache.unified_cache.components.full.FullComponent"
-MAMBA_COMPONENT = _SRT + "mem_cache.unified_cache.components.mamba.MambaComponent"
-CACHE = _SRT + "mem_cache.unified_radix_cache.UnifiedRadixCache"
-MAMBA_ALLOCATOR = _SRT + "mem_cache.allocator.mamba.MambaSlotAllocator"
-SCHEDULE_BATCH = _SRT + "managers.schedule_batch.ScheduleBatch"
-REQ = _SRT + "managers.schedule_batch.Req"
+__all__ = ["EventSink", "HookPoint", "hook_points"]
 
 MAMBA = ComponentType.MAMBA
 FULL = ComponentType.FULL
@@ -177,7 +143,13 @@ class _CacheHooks:
         self.sink.evict_end()
 
     def eviction_result(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
-        frees = _arg(args, kwargs, 0, "result").device_frees
+        self._freed(_arg(args, kwargs, 0, "result").device_frees)
+
+    def values_freed(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        """0.5.22: `_free_values(device_frees, host_frees)`, called with each eviction result."""
+        self._freed(_arg(args, kwargs, 0, "device_frees"))
+
+    def _freed(self, frees: Any) -> None:
         full_tokens = sum(int(t.numel()) for t in frees.get(FULL, ()))
         self.sink.evicted_values(list(frees.get(MAMBA, ())), full_tokens)
 
@@ -241,8 +213,10 @@ class _PoolHooks:
         req = _arg(args, kwargs, 0, "req")
         if not ret.track_mask:
             return
-        # The buffer entry is rewritten in place when the slot is donated: copy it now.
-        slot = req.kv.mamba_ping_pong_track_buffer[ret.track_position].clone()
+        if hasattr(ret, "track_position"):  # the buffer entry is rewritten when the slot is donated: copy it now
+            slot = req.kv.mamba_ping_pong_track_buffer[ret.track_position].clone()
+        else:  # 0.5.22: the entry carries the slot id itself
+            slot = int(ret.track_index)
         position = _opt(req.kv.mamba_last_track_seqlen)
         self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=DeferredSlot(slot), position=position, forward="extend")
 
@@ -266,61 +240,59 @@ HookPoint = tuple[str, str, Callable[..., Any]]
 """(dotted sglang target, "before" | "after" | "around", guarded hook)."""
 
 
-def hook_points(sink: EventSink, errors: ErrorCounter, *, track_writes: bool = True) -> list[HookPoint]:
-    """The hooks for sglang's HookRegistry, each guarded. Dirty marks and eviction counts run at
-    every step; hooks whose only product is an event run in observed steps only; the hooks
-    inside the forward (track writes) only with `track_writes`."""
-    tree, cache, pools = _TreeHooks(sink), _CacheHooks(sink), _PoolHooks(sink)
-    writes = WriteHooks(sink)
-    every_step = [
-        (f"{TREE_CORE}._unregister_node", "after", tree.node_gone),
-        (f"{TREE_CORE}._update_evictable_leaf_sets", "after", tree.node_changed),
-        (f"{TREE_CORE}._touch_node", "after", tree.node_changed),
-        (f"{TREE_CORE}._match_post_processor", "after", tree.matched),
-        (f"{TREE_CORE}._evict_component_and_detach_lru", "after", tree.component_evicted),
-        (f"{TREE_CORE}.set_component_device_value", "after", tree.value_set),
-        (f"{FULL_COMPONENT}.acquire_component_lock", "after", tree.path_lock),
-        (f"{FULL_COMPONENT}.release_component_lock", "after", tree.path_lock),
-        (f"{CACHE}._apply_eviction_result", "before", cache.eviction_result),
-    ]
-    observed_only = [
-        (f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", cache.inserting),
-        (f"{CACHE}.match_prefix", "after", cache.matched),
-        (f"{CACHE}.lock", "after", cache.locked),
-        (f"{CACHE}.unlock", "before", cache.unlocking),
-        (f"{CACHE}.claim_kv_row", "before", cache.releasing_row),
-        (f"{CACHE}.on_release", "after", cache.released),
-        (f"{MAMBA_ALLOCATOR}._do_alloc", "after", pools.allocated),
-        (f"{MAMBA_ALLOCATOR}.free", "before", pools.freeing),
-        (f"{MAMBA_ALLOCATOR}.alloc_group_begin", "before", pools.group_begin),
-        (f"{MAMBA_ALLOCATOR}.alloc_group_end", "after", pools.group_end),
-        (f"{SCHEDULE_BATCH}.prepare_for_extend", "before", pools.admitting),
-        (f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", pools.prefill_track),
-        (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", pools.decode_track),
-        (f"{REQ}.reset_for_retract", "after", pools.retracted),
-        *(write_hook_points(writes) if track_writes else []),
-    ]
-    observed_around = [  # (target, before, after)
-        (f"{CACHE}.checkpoint_into_tree", cache.checkpoint_begin, cache.checkpoint_end),
-        (f"{CACHE}.evict", cache.evict_begin, cache.evict_end),
-        (f"{CACHE}.evict_for_alloc", cache.evict_begin, cache.evict_end),
-        cow_hook(sink),
-    ]
-    return [
-        *[(target, when, errors.guard(fn)) for target, when, fn in every_step],
-        *[(target, when, errors.guard_observed(fn, sink)) for target, when, fn in observed_only],
-        *[(target, "around", errors.around_observed(before, after, sink)) for target, before, after in observed_around],
-    ]
-
-
-def state_log_points(log: StateLog, errors: ErrorCounter) -> list[HookPoint]:
-    """The StateLog's hooks (state_log.py), each guarded; they run at every step: the verifier
-    needs every state's prefix tokens and origin, observed steps or not."""
-    points = [
-        (f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", log.inserting),
-        (f"{SCHEDULE_BATCH}.prepare_for_extend", "after", log.extend_planned),
-        (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", log.decode_planned),
-        (f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "before", log.collecting_copies),
-        (f"{SCHEDULE_BATCH}.mix_with_running", "after", log.mixed),
-    ]
-    return [(target, when, errors.guard(fn)) for target, when, fn in points]
+def hook_points(
+    sink: EventSink, errors: ErrorCounter, log: StateLog, hooks: Sequence[Hook], *, track_writes: bool = True
+) -> list[HookPoint]:
+    """The rows of `hooks` (a generation's table as this release has it: generations.select)
+    bound to their bodies, each guarded by its kind: `every` and `state` at every step,
+    `observed` / `write` only in observed steps (`write` only with `track_writes`), `around`
+    as an observed before / after pair. `scheduler` rows are the plugin's own."""
+    tree, cache, pools, writes, cow = _TreeHooks(sink), _CacheHooks(sink), _PoolHooks(sink), WriteHooks(sink), CowHooks(sink)
+    bodies: dict[str, Callable[..., Any]] = {
+        "tree.node_gone": tree.node_gone,
+        "tree.node_changed": tree.node_changed,
+        "tree.matched": tree.matched,
+        "tree.component_evicted": tree.component_evicted,
+        "tree.value_set": tree.value_set,
+        "tree.path_lock": tree.path_lock,
+        "cache.eviction_result": cache.eviction_result,
+        "cache.values_freed": cache.values_freed,
+        "cache.inserting": cache.inserting,
+        "cache.matched": cache.matched,
+        "cache.locked": cache.locked,
+        "cache.unlocking": cache.unlocking,
+        "cache.releasing_row": cache.releasing_row,
+        "cache.released": cache.released,
+        "pools.allocated": pools.allocated,
+        "pools.freeing": pools.freeing,
+        "pools.group_begin": pools.group_begin,
+        "pools.group_end": pools.group_end,
+        "pools.admitting": pools.admitting,
+        "pools.prefill_track": pools.prefill_track,
+        "pools.decode_track": pools.decode_track,
+        "pools.retracted": pools.retracted,
+        "state.inserting": log.inserting,
+        "state.extend_planned": log.extend_planned,
+        "state.decode_planned": log.decode_planned,
+        "state.collecting_copies": log.collecting_copies,
+        "state.mixed": log.mixed,
+        "write.extend_prepared": writes.extend_prepared,
+        "write.decode_prepared": writes.decode_prepared,
+        "write.mixed": writes.mixed,
+        "write.extend_tracked": writes.extend_tracked,
+        "write.decode_copied": writes.decode_copied,
+    }
+    pairs: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+        "cache.checkpoint": (cache.checkpoint_begin, cache.checkpoint_end),
+        "cache.evict": (cache.evict_begin, cache.evict_end),
+        "cow.copy": (cow.before, cow.after),
+    }
+    points: list[HookPoint] = []
+    for hook in hooks:
+        if hook.kind in ("every", "state"):
+            points.append((hook.dotted, hook.when, errors.guard(bodies[hook.body])))
+        elif hook.kind == "observed" or (hook.kind == "write" and track_writes):
+            points.append((hook.dotted, hook.when, errors.guard_observed(bodies[hook.body], sink)))
+        elif hook.kind == "around":
+            points.append((hook.dotted, "around", errors.around_observed(*pairs[hook.body], sink)))
+    return points

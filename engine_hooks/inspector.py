@@ -50,6 +50,7 @@ from .config import HooksConfig
 from .contents import ContentCapture
 from .events import EventSink
 from .families import family_of_architecture
+from .generations import Selection
 from .guard import ErrorCounter
 from .live_cadence import LiveCadence
 from .publisher import Publisher
@@ -72,7 +73,9 @@ last capture (a flood of requests costs the scheduler at most 4 captures a secon
 class Inspector:
     """One per scheduler process; built in the AFTER hook of `Scheduler.__init__`."""
 
-    def __init__(self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink, state_log: StateLog) -> None:
+    def __init__(
+        self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink, state_log: StateLog, selection: Selection
+    ) -> None:
         from sglang.srt.runtime_context import get_parallel
 
         parallel = get_parallel()
@@ -90,7 +93,7 @@ class Inspector:
         self._wanted = threading.Event()
         """A snapshot request waits for a capture."""
         self._fresh = threading.Condition()
-        self.capture = Capture(scheduler, sink)
+        self.capture = Capture(scheduler, sink, selection.generation)
         self.capture.full_state(Step(0))
         self.contents = ContentCapture(scheduler)
         self.state_log = state_log
@@ -111,6 +114,8 @@ class Inspector:
             verify_share=config.verify_share,
             verify_rate=config.verify_rate,
             track_writes="" if not config.track_writes else "extend" if _decode_graphs(scheduler) else "all",
+            hooks_generation=selection.generation.name,
+            hooks_skipped=tuple(h.target for h in selection.skipped),
         )
         self.server = RequestServer(
             config.host,

@@ -4,13 +4,7 @@ sglang calls `register()` at the top of every engine process. It does nothing un
 MCINSPECT_PORT is set. Hooks go through sglang's HookRegistry; each body is guarded, so an
 error in mcinspect is counted and logged, never raised into the scheduler.
 
-| sglang 0.5.23 method | hook | what mcinspect does |
-|---|---|---|
-| `managers.scheduler.Scheduler.__init__` | after | build the Inspector: first full capture, bind ports |
-| `managers.scheduler.Scheduler.process_batch_result` | after | step boundary: capture, fingerprint, publish a delta (or, with no client subscribed or the live budget spent, count the step) |
-| `managers.scheduler.Scheduler.on_idle` | after | no batch to run: catch up if a snapshot request waits or the live stream is due |
-| (the cache, tree core and pool hooks of `events.py`) | before / after | events and dirty marks |
-| (the insert and track-plan hooks of `state_log.py`) | before / after | prefix tokens and origin of each cached state, for T2 |
+The hook table: `hooks_0523.HOOKS`, as `generations.select()` finds it in this sglang (`mcinspect hooks` prints it).
 """
 
 from __future__ import annotations
@@ -19,12 +13,13 @@ import logging
 import os
 from typing import Any
 
+from . import hooks_0523
 from .config import ConfigError, HooksConfig
 from .guard import ErrorCounter
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
-SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+SCHEDULER = hooks_0523.SRT + hooks_0523.SCHEDULER
 RAISE_IN_HOOK_ENV = "MCINSPECT_SELF_TEST_RAISE"
 """Set to 1 to make a hook body raise at every step: proves errors are counted, not raised."""
 
@@ -34,7 +29,9 @@ inspector: Any = None
 
 
 def register() -> None:
-    """Entry point: register the hooks if MCINSPECT_PORT asks for them."""
+    """Entry point: register the hooks if MCINSPECT_PORT asks for them, those of the sglang
+    generation feature detection finds (generations.select); in a release mcinspect does not
+    read, one line in the log and an inspector port that says so (`mcinspect info`)."""
     try:
         config = HooksConfig.from_env()
     except ConfigError as exc:
@@ -44,27 +41,51 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from .events import EventSink, hook_points, state_log_points
+    from .generations import Unsupported, select
+
+    try:
+        selection = select()
+    except Exception as exc:  # noqa: BLE001 - feature detection imports sglang modules
+        selection = Unsupported(f"feature detection failed ({exc}); the hooks stay off and the engine runs untouched")
+    if isinstance(selection, Unsupported):
+        logger.warning("mcinspect: %s", selection.reason)
+        HookRegistry.register(f"{SCHEDULER}.__init__", _start_unsupported(config, selection.reason), HookType.AFTER)
+        return
+    if selection.skipped:
+        logger.warning("mcinspect: %s", selection.skipped_line())
+
+    from .events import EventSink, hook_points
     from .state_log import StateLog
 
     sink = EventSink()
     state_log = StateLog()
-    for target, when, hook in [*hook_points(sink, errors, track_writes=config.track_writes), *state_log_points(state_log, errors)]:
+    for target, when, hook in hook_points(sink, errors, state_log, selection.hooks, track_writes=config.track_writes):
         HookRegistry.register(target, hook, HookType(when))
-    HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink, state_log), HookType.AFTER)
+    HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink, state_log, selection), HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _after_step, HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.on_idle", _when_idle, HookType.AFTER)
     if os.environ.get(RAISE_IN_HOOK_ENV) == "1":
         HookRegistry.register(f"{SCHEDULER}.process_batch_result", _raise_for_self_test, HookType.AFTER)
 
 
-def _start(config: HooksConfig, sink: Any, state_log: Any) -> Any:
+def _start_unsupported(config: HooksConfig, reason: str) -> Any:
+    @errors.guard_untimed
+    def after_scheduler_init(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+        from .unsupported import UnsupportedInspector
+
+        global inspector
+        inspector = UnsupportedInspector(scheduler, config, reason)
+
+    return after_scheduler_init
+
+
+def _start(config: HooksConfig, sink: Any, state_log: Any, selection: Any) -> Any:
     @errors.guard_untimed
     def after_scheduler_init(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
         from .inspector import Inspector
 
         global inspector
-        inspector = Inspector(scheduler, config, errors, sink, state_log)
+        inspector = Inspector(scheduler, config, errors, sink, state_log, selection)
         logger.warning(
             "mcinspect: scheduler pid %d on %s, requests :%d, stream :%d",
             os.getpid(),

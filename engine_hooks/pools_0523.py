@@ -169,7 +169,7 @@ def _claim_order(claim: SlotClaim) -> tuple[int, str, int]:
 def _claims(rid: Rid, kv: Any, working: list[int], ping_pong: list[int], cow: list[int]) -> Iterable[SlotClaim]:
     if working:
         yield SlotClaim(SlotId(working[0]), "working", rid=rid)
-    empty = kv.mamba_ping_pong_empty or [slot < 0 for slot in ping_pong]
+    empty = getattr(kv, "mamba_ping_pong_empty", None) or [slot < 0 for slot in ping_pong]
     last = kv.mamba_last_track_idx
     for index, slot in enumerate(ping_pong):
         if empty[index] or slot < 0:
@@ -197,7 +197,7 @@ def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) 
         last_node=NodeId(req.last_node if isinstance(req.last_node, int) else -1),
         working_slot=SlotId(working[0] if working else -1),
         ping_pong=[SlotId(slot) for slot in ping_pong],
-        ping_pong_empty=list(kv.mamba_ping_pong_empty or [slot < 0 for slot in ping_pong]),
+        ping_pong_empty=list(getattr(kv, "mamba_ping_pong_empty", None) or [slot < 0 for slot in ping_pong]),
         next_track_idx=_opt(kv.mamba_next_track_idx),
         last_track_idx=_opt(kv.mamba_last_track_idx),
         last_track_seqlen=_opt(kv.mamba_last_track_seqlen),

@@ -156,7 +156,8 @@ class ReferencePrefill:
         if getattr(self.pool, "enable_mamba_extra_buffer", False):
             size = self.pool.mamba_ping_pong_track_buffer_size
             kv.mamba_ping_pong_track_buffer = torch.full((size,), DUMMY_SLOT, dtype=torch.int64, device=self._device)
-            kv.mamba_ping_pong_empty = [False] * size
+            if hasattr(kv, "mamba_ping_pong_empty"):  # sglang 0.5.23 (0.5.22 reads the buffer only)
+                kv.mamba_ping_pong_empty = [False] * size
             kv.mamba_next_track_idx = 0
             kv.mamba_last_track_idx = self.pool.get_mamba_ping_pong_other_idx(0)
         return req
@@ -190,7 +191,9 @@ class ReferencePrefill:
         for tensor in [*cache.conv, cache.temporal]:
             tensor[:, DUMMY_SLOT] = 0
         # Not free_mamba_cache: slot 0 was never taken from the allocator and must not enter it.
-        kv.mamba_pool_idx = kv.mamba_ping_pong_track_buffer = kv.mamba_ping_pong_empty = None
+        kv.mamba_pool_idx = kv.mamba_ping_pong_track_buffer = None
+        if hasattr(kv, "mamba_ping_pong_empty"):
+            kv.mamba_ping_pong_empty = None
         kv.mamba_needs_clear = False
         if kv.holds_kv:
             self.pool.free(req)

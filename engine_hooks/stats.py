@@ -78,10 +78,13 @@ class StatsCollector:
 
 
 def _slots_held(kv: Any) -> int:
-    """Working slot + the ping-pong entries in use (sglang keeps `mamba_ping_pong_empty` in
-    step with the -1 entries of the buffer)."""
-    empty = kv.mamba_ping_pong_empty
-    return 1 + (len(empty) - sum(empty) if empty else 0)
+    """Working slot + the ping-pong entries in use (sglang 0.5.23 keeps `mamba_ping_pong_empty`
+    in step with the -1 entries of the buffer; 0.5.22 has the buffer only)."""
+    if hasattr(kv, "mamba_ping_pong_empty"):
+        empty = kv.mamba_ping_pong_empty
+        return 1 + (len(empty) - sum(empty) if empty else 0)
+    buffer = kv.mamba_ping_pong_track_buffer
+    return 1 + (int((buffer >= 0).sum()) if buffer is not None else 0)
 
 
 def _layouts(reqs: list[Any]) -> list[SlotLayout]:

@@ -6,11 +6,7 @@ forward. A planned write that never ran (a backend that skips the copy, #30862; 
 dropped by a merge, #24613; a graph bound to another buffer, #32555) shows as a planned
 destination missing from `written`; a copy into a slot nobody planned (#34184) as a stray one.
 
-| sglang 0.5.23 method | hook | what mcinspect does |
-|---|---|---|
-| `managers.schedule_batch.ScheduleBatch.prepare_for_extend`, `.prepare_for_decode`, `.mix_with_running` | after, observed | which request holds each req_to_token row, the position its track write is for |
-| `layers.attention.hybrid_linear_attn_backend.MambaAttnBackendBase._track_mamba_state_extend` | before, observed | extend / mixed forward: its copy's destination slots (`track_ssm_*_dst`), the batch's planned ones |
-| `...hybrid_linear_attn_backend.track_mamba_states_if_needed`, `.track_mamba_states_all_layers` | before, observed | decode rows (a decode forward, or the decode tail of a Mamba2 mixed one): the destinations and mask the copy was handed, for the rows the batch tracks |
+Targets: the `write` rows of `hooks_0523.HOOKS`.
 
 Each copy function runs once per mamba layer of a forward with the same destinations: the
 event is built at the first call of each forward (of each decode batch prepared). Slot ids stay tensors until the step boundary
@@ -26,11 +22,6 @@ from mcinspect.schema import Rid, TrackWriteEvent
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 from .reference import RID_PREFIX
-
-_SRT = "sglang.srt."
-SCHEDULE_BATCH = _SRT + "managers.schedule_batch.ScheduleBatch"
-BACKEND_MODULE = _SRT + "layers.attention.hybrid_linear_attn_backend"
-BACKEND = BACKEND_MODULE + ".MambaAttnBackendBase"
 
 
 class WriteHooks:
@@ -146,15 +137,3 @@ class WriteHooks:
             positions=[position for _, position in owners],
             written=DeferredSlots([t.clone() for t in written]),
         )
-
-
-def write_hook_points(hooks: WriteHooks) -> list[tuple[str, str, Any]]:
-    """(target, "before" | "after", body), all observed-only."""
-    return [
-        (f"{SCHEDULE_BATCH}.prepare_for_extend", "after", hooks.extend_prepared),
-        (f"{SCHEDULE_BATCH}.prepare_for_decode", "after", hooks.decode_prepared),
-        (f"{SCHEDULE_BATCH}.mix_with_running", "after", hooks.mixed),
-        (f"{BACKEND}._track_mamba_state_extend", "before", hooks.extend_tracked),
-        (f"{BACKEND_MODULE}.track_mamba_states_if_needed", "before", hooks.decode_copied),
-        (f"{BACKEND_MODULE}.track_mamba_states_all_layers", "before", hooks.decode_copied),
-    ]

@@ -582,3 +582,31 @@ def tiny_model(
     from mcinspect_engine_hooks.cpu_engine.tiny_model import ensure_tiny_model
 
     typer.echo(str(ensure_tiny_model(model.value)))
+
+
+@app.command()
+def hooks(
+    markdown: Annotated[bool, typer.Option(help="Print the hook table as the README shows it (no sglang import).")] = False,
+) -> None:
+    """The sglang methods mcinspect hooks, as the installed sglang has them: which exist, which
+    stand in for a missing one (fallback) and which are skipped, with what that costs.
+
+    Feature detection, as in the engine: each target is resolved in the installed sglang (this
+    imports sglang's modules: a few seconds). Exit 2 if no generation of the adapters fits.
+    """
+    from mcinspect_engine_hooks.hooks_0523 import markdown as hook_markdown
+
+    if markdown:
+        typer.echo(hook_markdown(), nl=False)
+        return
+    from mcinspect_engine_hooks.generations import DetectionFailed, Unsupported, select
+
+    from .cli_output import print_hooks
+
+    try:
+        selection = select()
+    except DetectionFailed as exc:
+        fail(f"{exc}; on a machine without a GPU run `MCINSPECT_CPU_ENGINE=1 mcinspect hooks` (the embedded engine's CPU patches)")
+    if isinstance(selection, Unsupported):
+        fail(selection.reason)
+    print_hooks(selection)

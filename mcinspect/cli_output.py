@@ -210,7 +210,13 @@ def print_ranks(ranks: list[RankInfo]) -> None:
         f"mamba pool {first.mamba_pool_size} slots, KV pool {first.kv_pool_tokens:,} tokens"
         + (f"\nmodel family {first.model_family}: {escape(first.state_layout)}" if first.model_family else "")
         + (f"\nstate per slot: {escape(state_shapes_line(first))}" if first.temporal_shape else "")
-        + f"\n{verification_setting(first)}",
+        + f"\n{verification_setting(first)}"
+        + (f"\nhooks: the {first.hooks_generation} adapter" if first.hooks_generation else "")
+        + (
+            f"; not in this sglang: {', '.join(first.hooks_skipped)} (`mcinspect hooks` says what that costs)"
+            if first.hooks_skipped
+            else ""
+        ),
         highlight=False,
     )
     table = Table("tp", "dp", "pid", "ports", "step", "unobserved", "slots in use", "published", "dropped", "hook errors", "rejected")
@@ -352,3 +358,24 @@ def print_faults(faults: Iterable[Fault]) -> None:
         )
         stdout.print(f"  {fault.description}", highlight=False)
         stdout.print()
+
+
+def print_hooks(selection: Any) -> None:
+    """`mcinspect hooks`: a generations.Selection as a table."""
+    from mcinspect_engine_hooks.generations import installed_release
+
+    generation = selection.generation
+    used = {h.target for h in selection.hooks}
+    table = Table("sglang.srt. method", "hook", "kind", "in this sglang", title_justify="left")
+    table.columns[0].overflow = table.columns[3].overflow = "fold"
+    table.title = f"sglang {installed_release()}: the {generation.name} adapter (tested on {', '.join(generation.releases)})"
+    for hook in generation.hooks:
+        if hook.target in used:
+            status = "yes"
+        else:
+            stand_in = next((f for f in hook.fallbacks if f.target in used), None)
+            status = f"no: {stand_in.target} ({stand_in.when}) instead" if stand_in else f"[red]no: skipped[/]; lost: {escape(hook.lost)}"
+        table.add_row(hook.target, hook.when, hook.kind, status)
+    stdout.print(table)
+    if selection.skipped:
+        stdout.print(selection.skipped_line(), highlight=False)

@@ -160,6 +160,9 @@ def _start_engine_with_hooks(config: EmbeddedEngineConfig, http_port: int | None
     except BaseException:
         engine.shutdown()
         raise
+    if isinstance(info, EngineInfo) and info.unsupported:  # the hooks stayed off: nothing to show
+        engine.shutdown()
+        raise EngineStartError(info.unsupported)
     return engine, info if isinstance(info, EngineInfo) else None
 
 

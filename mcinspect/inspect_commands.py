@@ -65,6 +65,8 @@ def discover_ranks(target: Target, token: str, timeout_s: float) -> list[RankInf
             if rank == 0:
                 raise
             break
+        if isinstance(info, EngineInfo) and info.unsupported:
+            raise EngineRefused(f"{here.host}:{here.port}: {info.unsupported}")
         stats = request(here, GetStats(schema_version=SCHEMA_VERSION, token=token), timeout_s)
         if not isinstance(info, EngineInfo) or not isinstance(stats, Stats):
             raise EngineRefused(f"{here.host}:{here.port} answered Hello/GetStats with {type(info).__name__}/{type(stats).__name__}")

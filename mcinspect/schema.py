@@ -419,6 +419,13 @@ class EngineInfo(_Message):
     temporal_dtype: str = ""
     state_bytes_per_slot: int = 0
     """Conv and temporal bytes of one mamba slot, all layers."""
+    hooks_generation: str = ""
+    """The sglang generation the hooks read (engine_hooks/generations.py); "" unknown."""
+    hooks_skipped: tuple[str, ...] = ()
+    """Hook targets of that generation's table this sglang release lacks."""
+    unsupported: str = ""
+    """Non-empty: this sglang release is not one mcinspect reads; why, in one line (nothing
+    else is served)."""
 
 
 # --- requests (client -> engine) ----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -155,8 +156,34 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
     )
 
 
+_ENGINE_DIED = "an sglang engine process failed; its traceback is in the log above"
+_died = threading.Event()
+
+
 def _raise_engine_died(signum: int, frame: Any) -> None:
-    raise EngineDied("an sglang engine process failed; its traceback is in the log above")
+    """Raise EngineDied in the main thread. Waiting for the engine's output, the main thread
+    runs the tokenizer manager's event loop, which would log and swallow an exception raised in
+    one of its callbacks: the loop is stopped instead, and `generate` raises EngineDied."""
+    _died.set()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise EngineDied(_ENGINE_DIED) from None
+    loop.stop()
+
+
+def _generate_raising_engine_died(engine: Any) -> None:
+    generate = engine.generate
+
+    def generate_or_died(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return generate(*args, **kwargs)
+        except RuntimeError:  # the loop stopped by _raise_engine_died
+            if _died.is_set():
+                raise EngineDied(_ENGINE_DIED) from None
+            raise
+
+    engine.generate = generate_or_died
 
 
 def prepare_engine_environment(config: EmbeddedEngineConfig) -> Path:
@@ -189,6 +216,7 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     try:
         engine = sglang.Engine(**engine_kwargs(config, str(model_path)))
         _keep_signals(engine, ours)
+        _generate_raising_engine_died(engine)
         return engine
     except BaseException as exc:
         kill_process_tree(os.getpid(), include_parent=False)  # no half-started engine left behind

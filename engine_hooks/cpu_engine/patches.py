@@ -49,11 +49,15 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
     patches: dict[str, dict[str, Any]] = {
         # Reason: extra_buffer is refused on CPU by a platform check, yet the CPU engine runs
         # its state tracking fine with the torch ops below; mcinspect needs that strategy.
-        "sglang.srt.arg_groups.mamba_hook": {"_platform_supports_mamba_cache_extra_buffer": _true},
+        # (sglang <= 0.5.21 checks elsewhere: there, no replacement, extra_buffer stays refused.)
+        "sglang.srt.arg_groups.mamba_hook": {"_platform_supports_mamba_cache_extra_buffer": _IfPresent(_true)},
         # Reason: gated RMSNorm takes the sgl_kernel CPU op only on AMX hosts, else a Triton
         # kernel that needs a GPU; our torch op stands in for the CPU op on every host.
         "sglang.kernels.ops.attention.fla.fused_norm_gate": {"_use_cpu": True},
         "sglang.kernels.ops.attention.fla.layernorm_gated": {"_use_cpu": True},
+        # Reason: sglang <= 0.5.22 builds the decode track plan with torch.tensor(...,
+        # pin_memory=True), which CPU-only torch refuses; this module's `torch` drops the hint.
+        "sglang.srt.managers.schedule_batch": {"torch": _torch_without_pinning()},
     }
     # Reason: mamba state-tracking copies, the MoE shared-expert gate and Mamba2's SSD scan
     # and decode update are Triton-only on a non-AMX CPU; torch versions with the same
@@ -65,6 +69,26 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
 
 def _true() -> bool:
     return True
+
+
+def _torch_without_pinning() -> types.ModuleType:
+    """torch, except that `tensor(..., pin_memory=True)` makes an ordinary CPU tensor (pinning
+    has no meaning without an accelerator: the values are the same)."""
+    import torch
+
+    class TorchWithoutPinning(types.ModuleType):
+        def __getattr__(self, name: str) -> Any:  # attributes torch binds lazily
+            return getattr(torch, name)
+
+    proxy = TorchWithoutPinning("torch")
+    proxy.__dict__.update(torch.__dict__)
+    make = torch.tensor
+
+    def tensor(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
+        return make(*args, **kwargs)
+
+    proxy.tensor = tensor  # type: ignore[attr-defined]
+    return proxy
 
 
 def _leave_stop_signals_to_the_launcher() -> None:
@@ -222,8 +246,19 @@ class _PermissiveModule(types.ModuleType):
         return _Permissive()
 
 
+class _IfPresent:
+    """A replacement applied only where the release has the attribute."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 def _set_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
     for name, value in attrs.items():
+        if isinstance(value, _IfPresent):
+            if hasattr(module, name):
+                setattr(module, name, value.value)
+            continue
         if not hasattr(module, name):  # sglang moved it: fail loudly rather than run unpatched
             raise AttributeError(f"mcinspect CPU engine: {module.__name__}.{name} is gone; the patch needs updating")
         setattr(module, name, value)

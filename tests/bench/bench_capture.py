@@ -34,6 +34,8 @@ from mcinspect.schema import Step  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.hooks_0523 import HOOKS  # noqa: E402
+from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
@@ -90,7 +92,7 @@ def bench(n_nodes: int, steps: int = 7) -> tuple[int, float, float, str]:
     # Pools a little larger than the tree, as in a loaded engine where the cache fills them.
     scheduler = cpu_cache.build_cache(mamba_slots=groups * PER_GROUP + 64 * steps, kv_size=tree_tokens * 5 // 4 + 4096)
     sink = EventSink()
-    restore = cpu_cache.install_hooks(hook_points(sink, ErrorCounter()))
+    restore = cpu_cache.install_hooks(hook_points(sink, ErrorCounter(), StateLog(), HOOKS))
     try:
         work = Workload(scheduler)
         for group in range(groups):

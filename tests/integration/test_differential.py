@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).parents[1] / "bench" / "bench_differential.py"
-REQUESTS = 40
+REQUESTS = 24
 
 
 def differential(model: str, fault: str | None) -> dict:

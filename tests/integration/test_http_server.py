@@ -99,7 +99,9 @@ def test_the_readmes_own_engine_lines_run_as_written(readme_server: tuple[dict[s
     assert served.returncode == 0 and len(json.loads(served.stdout)["output_ids"]) == 8, served.stdout
 
     recording = tmp_path / "http.mcrec"
-    recorder = subprocess.Popen([MCINSPECT, "record", str(INSPECTOR_PORT), "-o", str(recording)], env=env, text=True, stderr=subprocess.PIPE)
+    recorder = subprocess.Popen(
+        [MCINSPECT, "record", str(INSPECTOR_PORT), "-o", str(recording)], env=env, text=True, stderr=subprocess.PIPE
+    )
     try:
         time.sleep(3)  # subscribed before the workload starts
         cached = send_workload(SERVER_URL)

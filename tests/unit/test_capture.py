@@ -43,6 +43,8 @@ from mcinspect.schema import (  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture, DeltaParts  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.hooks_0523 import HOOKS  # noqa: E402
+from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
@@ -65,7 +67,7 @@ def build_cache(core: str = "python", page_size: int = 1, extra_buffer: bool = T
 def hooks() -> Iterator[tuple[EventSink, ErrorCounter]]:
     """mcinspect's hooks applied through sglang's HookRegistry; originals restored after."""
     sink, errors = EventSink(), ErrorCounter()
-    restore = cpu_cache.install_hooks(hook_points(sink, errors))
+    restore = cpu_cache.install_hooks(hook_points(sink, errors, StateLog(), HOOKS))
     yield sink, errors
     restore()
 

@@ -19,9 +19,12 @@ from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: E402
 from mcinspect.checks.cow_copy import check_cow_copy  # noqa: E402
 from mcinspect.checks.history import StepView  # noqa: E402
 from mcinspect.schema import CacheState, CowEvent, KvState, Step  # noqa: E402
-from mcinspect_engine_hooks.cow_hooks import CowHooks, cow_hook  # noqa: E402
+from mcinspect_engine_hooks.cow_hooks import CowHooks  # noqa: E402
 from mcinspect_engine_hooks.event_sink import EventSink  # noqa: E402
+from mcinspect_engine_hooks.events import hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.hooks_0523 import HOOKS  # noqa: E402
+from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
 
 from cpu_cache import build_cache, install_hooks  # noqa: E402
@@ -36,8 +39,7 @@ def hooked() -> Iterator[tuple[SimpleNamespace, EventSink]]:
     for state in [*cache.conv, cache.temporal]:
         state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
     sink, errors = EventSink(), ErrorCounter()
-    target, before, after = cow_hook(sink)
-    restore = install_hooks([(target, "around", errors.around_observed(before, after, sink))])
+    restore = install_hooks(hook_points(sink, errors, StateLog(), [h for h in HOOKS if h.body == "cow.copy"]))
     yield SimpleNamespace(req_to_token_pool=pool, is_draft_worker=False), sink
     restore()
     assert errors.total == 0

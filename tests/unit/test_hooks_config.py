@@ -67,13 +67,15 @@ def test_every_rank_gets_its_own_port_pair() -> None:
 def test_track_write_hooks_can_be_left_out() -> None:
     from mcinspect_engine_hooks.events import EventSink, hook_points
     from mcinspect_engine_hooks.guard import ErrorCounter
+    from mcinspect_engine_hooks.hooks_0523 import HOOKS
+    from mcinspect_engine_hooks.state_log import StateLog
 
     assert HooksConfig.from_env({"MCINSPECT_PORT": "7777"}).track_writes is True
     assert HooksConfig.from_env({"MCINSPECT_PORT": "7777", "MCINSPECT_TRACK_WRITES": "off"}).track_writes is False
     with pytest.raises(ConfigError, match="MCINSPECT_TRACK_WRITES='no'"):
         HooksConfig.from_env({"MCINSPECT_PORT": "7777", "MCINSPECT_TRACK_WRITES": "no"})
     forward = "MambaAttnBackendBase._track_mamba_state_extend"
-    with_writes = [target for target, _, _ in hook_points(EventSink(), ErrorCounter())]
-    without = [target for target, _, _ in hook_points(EventSink(), ErrorCounter(), track_writes=False)]
+    with_writes = [target for target, _, _ in hook_points(EventSink(), ErrorCounter(), StateLog(), HOOKS)]
+    without = [target for target, _, _ in hook_points(EventSink(), ErrorCounter(), StateLog(), HOOKS, track_writes=False)]
     assert any(t.endswith(forward) for t in with_writes) and not any(t.endswith(forward) for t in without)
     assert set(without) < set(with_writes)

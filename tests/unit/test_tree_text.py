@@ -120,11 +120,13 @@ def test_tree_of_a_real_sglang_cache() -> None:
     from mcinspect_engine_hooks.capture import Capture
     from mcinspect_engine_hooks.events import EventSink, hook_points
     from mcinspect_engine_hooks.guard import ErrorCounter
+    from mcinspect_engine_hooks.hooks_0523 import HOOKS
+    from mcinspect_engine_hooks.state_log import StateLog
 
     import cpu_cache
 
     sink = EventSink()
-    restore = cpu_cache.install_hooks(hook_points(sink, ErrorCounter()))
+    restore = cpu_cache.install_hooks(hook_points(sink, ErrorCounter(), StateLog(), HOOKS))
     try:
         scheduler = cpu_cache.build_cache(python_core_class=UnifiedTreeCoreInspector)  # lists node ids
         cache, pool = scheduler.tree_cache, scheduler.req_to_token_pool

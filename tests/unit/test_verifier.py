@@ -30,8 +30,9 @@ from mcinspect.schema import NodeId, SlotContent, SlotId, Step  # noqa: E402
 from mcinspect_engine_hooks import extensions  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
 from mcinspect_engine_hooks.config import HooksConfig  # noqa: E402
-from mcinspect_engine_hooks.events import EventSink, state_log_points  # noqa: E402
+from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.hooks_0523 import HOOKS  # noqa: E402
 from mcinspect_engine_hooks.state_log import CachedState, StateLog  # noqa: E402
 from mcinspect_engine_hooks.verifier import Verifier  # noqa: E402
 from mcinspect_engine_hooks.verify_budget import VerifyBudget  # noqa: E402
@@ -75,7 +76,7 @@ def engine() -> Iterator[SimpleNamespace]:
     s = cpu_cache.build_cache(page_size=16, mamba_slots=16)
     s.device, s.tp_size, s.tp_rank = "cpu", 1, 0
     log = StateLog()
-    restore = cpu_cache.install_hooks(state_log_points(log, ErrorCounter()))
+    restore = cpu_cache.install_hooks(hook_points(EventSink(), ErrorCounter(), log, [h for h in HOOKS if h.kind == "state"]))
     capture = Capture(s, EventSink())
     capture.full_state(Step(0))
     config = HooksConfig(base_port=1, verify="transformers", verify_share=1.0, verify_working=0.0)

@@ -1,0 +1,177 @@
+"""The adapter seam: which sglang generation this process runs, found by feature detection
+(the classes and methods the generation's hook table names, never the version string).
+
+A `Generation` is the read-only protocol `Capture` is written against: a tree view for the
+scheduler's tree cache (`TreeView`), the pools-and-requests reader (a module with the
+functions of pools_0523) and its hook table. `select()` resolves every hook of each generation
+in turn and takes the first whose required hooks all exist; the hooks that do not resolve are
+skipped (with what that costs: `Hook.lost`), a row's `fallback` standing in where the release
+has it. No generation fits: `Unsupported`, one line for the engine's log and `mcinspect info`.
+
+| generation | releases tested | tree | read by |
+|---|---|---|---|
+| unified-tree-core | 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python or Rust core) | adapter_0523, pools_0523, hooks_0523 |
+
+Not supported (README "sglang releases"): 0.5.16-0.5.21 (UnifiedRadixCache without
+`lock` / `checkpoint_into_tree`, request fields elsewhere) and 0.5.12-0.5.15 (MambaRadixCache).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+import torch
+
+from mcinspect.schema import NodeId, NodeRecord
+
+from .hooks_0523 import HOOKS, Hook
+
+
+class _TreeViewBase(Protocol):
+    full_detail: bool
+
+    def slot_of(self, node_id: int) -> int | None: ...
+    def path_tokens(self, node_id: int) -> list[int] | None: ...
+    def state_nodes(self) -> list[int]: ...
+
+
+class FullTreeView(_TreeViewBase, Protocol):
+    """Every node (adapter_0523.PythonTreeView): `full_detail` True."""
+
+    def arena(self) -> dict[int, Any]: ...
+    def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]: ...
+    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]: ...
+
+
+class PathTreeView(_TreeViewBase, Protocol):
+    """The nodes on request paths and the set of tree-owned slots (adapter_0523.RustTreeView):
+    `full_detail` False."""
+
+    def path_records(self, anchors: Iterable[tuple[int, Sequence[int]]]) -> dict[NodeId, NodeRecord]: ...
+    def tree_slots(self) -> torch.Tensor: ...
+
+
+TreeView = FullTreeView | PathTreeView
+"""What Capture reads of the tree; it branches on `full_detail`."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    name: str
+    releases: tuple[str, ...]
+    """The sglang releases it is tested on (`make demo SGLANG=X`)."""
+    hooks: tuple[Hook, ...]
+    required: tuple[str, ...]
+    """Targets without which the generation does not fit this sglang."""
+
+    def supports(self, tree_cache: Any) -> bool:
+        from .adapter_0523 import supports
+
+        return supports(tree_cache)
+
+    def tree_view(self, tree_cache: Any) -> TreeView:
+        from .adapter_0523 import PythonTreeView, RustTreeView, is_python_core
+
+        core = tree_cache.tree_core
+        return PythonTreeView(core) if is_python_core(tree_cache) else RustTreeView(core)
+
+    @property
+    def pools(self) -> ModuleType:
+        from . import pools_0523
+
+        return pools_0523
+
+
+UNIFIED_TREE_CORE = Generation(
+    name="unified-tree-core",
+    releases=("0.5.22", "0.5.23"),
+    hooks=HOOKS,
+    required=tuple(
+        h.target
+        for h in HOOKS
+        if h.kind == "scheduler" or h.body in ("cache.inserting", "cache.locked", "cache.checkpoint", "pools.allocated")
+    ),
+)
+GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE,)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The generation this sglang runs, and its hooks as this release has them."""
+
+    generation: Generation
+    hooks: tuple[Hook, ...]
+    """The hooks to register: present ones, and fallbacks standing in for missing ones."""
+    skipped: tuple[Hook, ...]
+    """Hooks of the table this release lacks (no fallback either)."""
+
+    def skipped_line(self) -> str:
+        """What the skipped hooks cost, for the engine's log; "" if none."""
+        if not self.skipped:
+            return ""
+        lost = "; ".join(dict.fromkeys(h.lost for h in self.skipped))
+        return f"{len(self.skipped)} hooks not in this sglang ({', '.join(h.target for h in self.skipped)}): {lost}"
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    reason: str
+
+
+class DetectionFailed(Exception):
+    """A module of sglang exists but failed to import: absence cannot be told apart."""
+
+
+def resolves(target: str) -> bool:
+    """Whether `sglang.srt.<target>` exists in this sglang: the longest importable module
+    prefix, then attributes. Raises DetectionFailed if a module that exists fails to import."""
+    parts = ("sglang.srt." + target).split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:split])
+        try:
+            obj: Any = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                continue  # this module (or a package above it) does not exist: try a shorter one
+            raise DetectionFailed(f"importing {name} failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - sglang's import-time errors
+            raise DetectionFailed(f"importing {name} failed: {type(exc).__name__}: {exc}") from exc
+        for attr in parts[split:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def select() -> Selection | Unsupported:
+    """The first generation whose required hooks all exist in the installed sglang."""
+    tried = []
+    for generation in GENERATIONS:
+        missing = [t for t in generation.required if not resolves(t)]
+        if missing:
+            tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+            continue
+        hooks, skipped = [], []
+        for hook in generation.hooks:
+            chosen = next((h for h in (hook, *hook.fallbacks) if resolves(h.target)), None)
+            (hooks.append(chosen) if chosen is not None else skipped.append(hook))
+        return Selection(generation, tuple(hooks), tuple(skipped))
+    return Unsupported(
+        f"sglang {installed_release()} is not supported by mcinspect (it reads "
+        f"{', '.join(r for g in GENERATIONS for r in g.releases)}); no generation fits: {'; '.join(tried)}. "
+        "The hooks stay off and the engine runs untouched"
+    )
+
+
+def installed_release() -> str:
+    try:
+        import sglang
+
+        return str(sglang.__version__)
+    except Exception:  # noqa: BLE001 - only for the message
+        return "(unknown version)"

@@ -1,0 +1,125 @@
+"""Other sglang releases, each from its real wheel in its own venv (scripts/setup-release-venv.sh,
+what `make demo SGLANG=X` runs): a supported one runs the same embedded-engine demo with every
+hook body working, reads clean (T2 included) and catches faults of different mechanisms; an
+unsupported one runs with the hooks off and says why in one line, in the engine's log, in
+`mcinspect info` and as the demo's error.
+
+CI runs RELEASES x FAULTS; MCINSPECT_RELEASE_MATRIX=1 runs the whole fault library per release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from fault_runs import VERIFY_ENV, assert_fault_caught
+
+from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
+
+from engine_runs import free_port_pair
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASES = ("0.5.22",)
+"""The supported releases besides the main venv's 0.5.23 (engine_hooks/generations.py)."""
+UNSUPPORTED = "0.5.21"
+"""The newest release the adapters do not read (no UnifiedRadixCache.lock / checkpoint_into_tree)."""
+FAULTS_IN_CI = [
+    ("dropped-cow", "qwen3-next", "extra_buffer", 16),  # T2 of working states
+    ("wrong-chunk-state", "nemotron-h", "extra_buffer", 16),  # Mamba2's own path, T2 (#37836)
+]
+"""Two mechanisms; the metadata checks (write-ran at the step) meet 0.5.22's own mixed-chunk bug."""
+MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
+
+
+def fault_cases() -> list[tuple[str, str, str, int]]:
+    if os.environ.get(MATRIX_ENV) != "1":
+        return FAULTS_IN_CI
+    from test_faults_caught import CASES  # every fault once, as CI runs them on 0.5.23
+
+    return [case for case in CASES if case[0] in FAULTS]
+
+
+def venv_of(release: str) -> Path:
+    """The release's venv, set up once (seconds: its wheel over .venv's CPU stack)."""
+    done = subprocess.run(["bash", "scripts/setup-release-venv.sh", release], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ROOT / done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(release, its venv's mcinspect)."""
+    return request.param, str(venv_of(request.param) / "bin" / "mcinspect")
+
+
+def test_the_demo_reads_the_release_clean(release: tuple[str, str], tmp_path: Path) -> None:
+    version, mcinspect = release
+    recording = tmp_path / "run.mcrec"
+    demo = subprocess.run(
+        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording)],
+        capture_output=True, text=True, timeout=900, env={**os.environ, **VERIFY_ENV},
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    summary = json.loads(demo.stdout)
+    engine, stats = summary["engine"], summary["stats"]
+    assert engine["sglang_version"] == version and engine["hooks_generation"] == "unified-tree-core"
+    assert engine["hooks_skipped"] == []  # every hook, or its fallback, exists in the release
+    assert stats["hook_errors"] == 0 and stats["counters"]["unobserved_steps"] == 0
+    assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0
+    verify = stats["verify"]
+    assert verify["verified"] > 0 and verify["working"] > 0 and verify["mismatches"] == 0
+    check = subprocess.run([mcinspect, "check", str(recording)], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("fault, model, strategy, page_size", fault_cases())
+def test_a_fault_is_caught_on_the_release(
+    release: tuple[str, str], fault: str, model: str, strategy: str, page_size: int, tmp_path: Path
+) -> None:
+    assert_fault_caught(tmp_path, fault, model, strategy, page_size, mcinspect=release[1])
+
+
+def test_the_real_mixed_chunk_bug_of_0_5_22_is_caught_on_the_unpatched_engine(release: tuple[str, str], tmp_path: Path) -> None:
+    """0.5.22's mix_with_running -> merge_batch drops the prefill rows' track fields (#24613,
+    recurred as #39342; 0.5.23 carries them across the merge): the mixed forward never writes
+    the slot that is donated. No fault injected: the release's own code path."""
+    version, mcinspect = release
+    recording = tmp_path / "mixed.mcrec"
+    demo = subprocess.run(
+        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording),
+         "--mixed-chunk", "--page-size", "1"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, **VERIFY_ENV},
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    summary = json.loads(demo.stdout)
+    assert summary["stats"]["paths"]["mixed batch"] > 0 and summary["stats"]["hook_errors"] == 0
+    assert summary["stats"]["verify"]["mismatches"] > 0  # the cached and working states are wrong
+    check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 1, check.stderr[-3000:]
+    found = [json.loads(line) for line in check.stdout.splitlines()]
+    checks = {v["check"] for v in found}
+    assert {"write-ran", "T2-recompute"} <= checks, checks
+    first_unwritten = min(v["step"] for v in found if v["check"] == "write-ran")
+    assert min(v["step"] for v in found) == first_unwritten  # the metadata check sees it first, at the step
+
+
+def test_an_unsupported_release_runs_with_the_hooks_off_and_says_why(tmp_path: Path) -> None:
+    mcinspect = str(venv_of(UNSUPPORTED) / "bin" / "mcinspect")
+    port = free_port_pair()
+    demo = subprocess.run(
+        [mcinspect, "demo", "--headless", "--requests", "4", "--strategy", "no_buffer", "--page-size", "1", "--port", str(port)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert demo.returncode == 2, demo.stderr[-3000:]
+    reason = f"sglang {UNSUPPORTED} is not supported by mcinspect"
+    errors = [line for line in demo.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and reason in errors[0], demo.stderr[-3000:]
+    assert "The hooks stay off" in errors[0] and "lacks" in errors[0]
+    assert "Traceback" not in demo.stderr  # no exception in the scheduler, nor here
+    logged = [line for line in demo.stderr.splitlines() if "mcinspect: " + reason in line]
+    assert len(logged) >= 1  # the engine's log says it once per scheduler process

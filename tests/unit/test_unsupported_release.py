@@ -1,0 +1,38 @@
+"""An engine on an sglang release the adapters do not read: the plugin's inspector port answers
+`mcinspect info` (and every other request) with the one-line reason, exit 2."""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+from typer.testing import CliRunner
+
+from mcinspect.cli import app
+from mcinspect_engine_hooks.config import HooksConfig
+from mcinspect_engine_hooks.unsupported import UnsupportedInspector
+
+REASON = "sglang 0.5.21 is not supported by mcinspect (it reads 0.5.22, 0.5.23); no generation fits: unified-tree-core (lacks ...)"
+
+
+def _free_port_pair() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_info_and_snapshot_say_why_in_one_line(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MCINSPECT_KEY_DIR", str(tmp_path))
+    port = _free_port_pair()
+    scheduler = SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, dp_rank=None, page_size=1, tree_cache=None)
+    inspector = UnsupportedInspector(scheduler, HooksConfig(base_port=port), REASON)
+    try:
+        info = CliRunner().invoke(app, ["info", str(port)])
+        snapshot = CliRunner().invoke(app, ["snapshot", str(port), "-o", str(tmp_path / "s.json")])
+    finally:
+        inspector.server.close()
+    for result in (info, snapshot):
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and REASON in lines[0], result.output
+    assert not (tmp_path / "s.json").exists()
