@@ -148,6 +148,15 @@ def resolves(target: str) -> bool:
     return False
 
 
+def resolve(generation: Generation) -> Selection:
+    """`generation`'s hooks as the installed sglang has them (its required ones or not)."""
+    hooks, skipped = [], []
+    for hook in generation.hooks:
+        chosen = next((h for h in (hook, *hook.fallbacks) if resolves(h.target)), None)
+        (hooks.append(chosen) if chosen is not None else skipped.append(hook))
+    return Selection(generation, tuple(hooks), tuple(skipped))
+
+
 def select() -> Selection | Unsupported:
     """The first generation whose required hooks all exist in the installed sglang."""
     tried = []
@@ -156,11 +165,7 @@ def select() -> Selection | Unsupported:
         if missing:
             tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
             continue
-        hooks, skipped = [], []
-        for hook in generation.hooks:
-            chosen = next((h for h in (hook, *hook.fallbacks) if resolves(h.target)), None)
-            (hooks.append(chosen) if chosen is not None else skipped.append(hook))
-        return Selection(generation, tuple(hooks), tuple(skipped))
+        return resolve(generation)
     return Unsupported(
         f"sglang {installed_release()} is not supported by mcinspect (it reads "
         f"{', '.join(r for g in GENERATIONS for r in g.releases)}); no generation fits: {'; '.join(tried)}. "

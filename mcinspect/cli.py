@@ -188,6 +188,14 @@ def demo(
             help="After the workload keep the engine up (Ctrl-C stops it), for `mcinspect snapshot/info PORT` from another terminal."
         ),
     ] = False,
+    tp: Annotated[
+        int,
+        typer.Option(
+            "--tp",
+            min=1,
+            help="Tensor-parallel ranks (sglang's --tp-size): one scheduler, tree and pair of inspector ports (PORT + 2 * rank) per rank; `--record` records every rank and `mcinspect check` compares them.",
+        ),
+    ] = 1,
     http_port: Annotated[
         Optional[int],
         typer.Option(
@@ -240,6 +248,7 @@ def demo(
         fault=fault,
         verify=verify.value,
         mixed_chunk=mixed_chunk,
+        tp_size=tp,
     )
     if not headless:
         if every_step is None:  # a fault is caught at its step: every step; else the live stream
@@ -387,20 +396,24 @@ def record(
     token: TokenOption = "",
 ) -> None:
     """Record the stream of a live engine (schema-versioned, compressed, crash-safe per frame)."""
-    from .recorder import record as record_stream
+    from .inspect_commands import discover_ranks
+    from .rank_files import rank_path, record_ranks
 
     where = Target.parse(target)
-    stderr.print(f"recording {where.host}:{where.port} to {output}; Ctrl-C stops", highlight=False)
+    ranks = len(discover_ranks(where, token, 5.0))
+    also = f" (and its {ranks - 1} other TP ranks to {rank_path(output, 1)}, ...)" if ranks > 1 else ""
+    stderr.print(f"recording {where.host}:{where.port} to {output}{also}; Ctrl-C stops", highlight=False)
     # Ctrl-C / kill set a flag the loop reads between frames: a KeyboardInterrupt could land in
     # a finalizer, where Python ignores it, and the recording would never stop (or end torn).
     stop = threading.Event()
     stopped_by: list[int] = []
     for signum in STOPPED:
         signal.signal(signum, lambda signum, frame: (stopped_by.append(signum), stop.set()))
-    result = record_stream(where, output, token=token, steps=steps, stop=stop)
-    stderr.print(
-        f"wrote {output}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs", highlight=False
-    )
+    for rank, result in enumerate(record_ranks(where, output, ranks, token=token, steps=steps, stop=stop)):
+        stderr.print(
+            f"wrote {rank_path(output, rank)}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs",
+            highlight=False,
+        )
     if stopped_by:
         _stopped(stopped_by[0])
 
@@ -599,14 +612,15 @@ def hooks(
     if markdown:
         typer.echo(hook_markdown(), nl=False)
         return
-    from mcinspect_engine_hooks.generations import DetectionFailed, Unsupported, select
+    from mcinspect_engine_hooks.generations import GENERATIONS, DetectionFailed, Unsupported, resolve, select
 
     from .cli_output import print_hooks
 
     try:
         selection = select()
+        if isinstance(selection, Unsupported):  # the table all the same: what this release lacks
+            print_hooks(resolve(GENERATIONS[0]))
+            fail(selection.reason)
     except DetectionFailed as exc:
         fail(f"{exc}; on a machine without a GPU run `MCINSPECT_CPU_ENGINE=1 mcinspect hooks` (the embedded engine's CPU patches)")
-    if isinstance(selection, Unsupported):
-        fail(selection.reason)
     print_hooks(selection)

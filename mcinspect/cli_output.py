@@ -194,6 +194,12 @@ def print_summary(summary: DemoSummary) -> None:
                 f"({stats.counters.unobserved_steps} of {stats.step} steps unobserved)",
             )
     table.add_row("engine start", f"{summary.engine_start_s:.1f} s")
+    if summary.tp_size > 1 and summary.engine is not None:
+        port = summary.engine.request_port
+        ports = ", ".join(str(port + 2 * rank) for rank in range(summary.tp_size))
+        table.add_row(
+            "TP ranks", f"{summary.tp_size}, inspector ports {ports} (`mcinspect info {port}` lists them); figures above are rank 0's"
+        )
     if summary.http_url:
         table.add_row("served by", f"sglang's HTTP server at {summary.http_url} (python -m sglang.launch_server)")
     table.add_row("output digest", f"{summary.output_digest} (same seed, same digest)")

@@ -14,7 +14,7 @@ from typing import Any
 
 from mcinspect.errors import McinspectError
 
-from ..config import PORT_ENV, VERIFY_ENV, VERIFY_MODES, VERIFY_RATE_ENV, VERIFY_SHARE_ENV, ConfigError, HooksConfig
+from ..config import PORT_ENV, PORTS_PER_PROCESS, VERIFY_ENV, VERIFY_MODES, VERIFY_RATE_ENV, VERIFY_SHARE_ENV, ConfigError, HooksConfig
 from ..families import DEFAULT_FAMILY, FAMILIES
 from . import patches
 from .tiny_model import ensure_tiny_model
@@ -74,6 +74,9 @@ class EmbeddedEngineConfig:
     """--enable-mixed-chunk: a prefill chunk and the running decodes share one forward."""
     verify_rate: float = DEMO_VERIFY_RATE
     """References a second at most (MCINSPECT_VERIFY_RATE)."""
+    tp_size: int = 1
+    """Tensor-parallel ranks: one scheduler process each, with its own tree, pools and inspector
+    ports (PORT + 2 * rank); each rank's threads on its own CPU cores (SGLANG_CPU_OMP_THREADS_BIND)."""
 
     @property
     def effective_overlap(self) -> bool:
@@ -90,6 +93,9 @@ def validate(config: EmbeddedEngineConfig) -> None:
         raise EngineStartError(f"unknown tree core {config.tree_core!r}; choose one of {', '.join(TREE_CORES)}")
     if config.page_size < 1:
         raise EngineStartError(f"page size must be >= 1, got {config.page_size}")
+    cores = len(os.sched_getaffinity(0))
+    if not 1 <= config.tp_size <= cores:
+        raise EngineStartError(f"--tp {config.tp_size}: the CPU engine gives each rank at least one core, and this process may use {cores}")
     if config.strategy == "extra_buffer_lazy" and not config.overlap:
         raise EngineStartError("extra_buffer_lazy needs overlap scheduling (sglang refuses it otherwise); drop --no-overlap")
     if config.fault is not None:
@@ -101,6 +107,8 @@ def validate(config: EmbeddedEngineConfig) -> None:
             raise EngineStartError(str(exc)) from None
         if "mixed-chunk" in fault.requires and not config.mixed_chunk:
             raise EngineStartError(f"fault {fault.name} lives in mixed prefill/decode batches; add --mixed-chunk")
+        if "tp" in fault.requires and config.tp_size < 2:
+            raise EngineStartError(f"fault {fault.name} desynchronises one tensor-parallel rank from the others; add --tp 2")
         if config.model not in fault.families:
             raise EngineStartError(f"fault {fault.name} exists in {', '.join(fault.families)}, not {config.model}; adjust --model")
         if config.strategy not in fault.strategies or (fault.page_sizes and config.page_size not in fault.page_sizes):
@@ -115,8 +123,18 @@ def validate(config: EmbeddedEngineConfig) -> None:
             HooksConfig.from_env(os.environ | {PORT_ENV: str(config.inspector_port)})
         except ConfigError as exc:
             raise EngineStartError(str(exc)) from None
-        ensure_port_free(config.inspector_port)
-        ensure_port_free(config.inspector_port + 1)  # the stream port of scheduler rank 0
+        for rank in range(config.tp_size):  # each rank's request and stream ports
+            ensure_port_free(config.inspector_port + PORTS_PER_PROCESS * rank)
+            ensure_port_free(config.inspector_port + PORTS_PER_PROCESS * rank + 1)
+
+
+def cpu_binding(ranks: int) -> str:
+    """SGLANG_CPU_OMP_THREADS_BIND for `ranks` ranks: this process's cores split evenly, e.g.
+    "0|1" for two ranks on two cores, "0-3|4-7" on eight."""
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // ranks
+    groups = [cores[i * share : (i + 1) * share] for i in range(ranks)]
+    return "|".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups)
 
 
 def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
@@ -149,6 +167,7 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
         disable_radix_cache=not config.radix_cache,
         disable_cuda_graph=True,
         enable_mixed_chunk=config.mixed_chunk,
+        tp_size=config.tp_size,
         log_level=config.log_level,
         # sglang's default handler SIGKILLs this whole process tree when a child fails;
         # raising instead lets the caller clean up and report in one line.
@@ -197,6 +216,8 @@ def prepare_engine_environment(config: EmbeddedEngineConfig) -> Path:
     _set_env(PORT_ENV, str(config.inspector_port) if config.inspector_port is not None else None)
     _set_env("MCINSPECT_SELF_CHECK", "1" if config.self_check else None)
     _set_env("MCINSPECT_FAULT", config.fault)
+    if config.tp_size > 1:  # sglang's CPU backend asks for each rank's cores when ranks outnumber NUMA nodes
+        os.environ.setdefault("SGLANG_CPU_OMP_THREADS_BIND", cpu_binding(config.tp_size))
     os.environ[VERIFY_ENV] = config.verify
     os.environ.setdefault(VERIFY_SHARE_ENV, str(config.verify_share))
     os.environ.setdefault(VERIFY_RATE_ENV, str(config.verify_rate))

@@ -30,6 +30,7 @@ from typing import Literal
 from ..errors import McinspectError
 from .content import CONTENT, check_content
 from .cow_copy import COW_COPY, check_cow_copy
+from .cross_rank import TP_AGREE, across_ranks_only
 from .depth import DEPTH, check_depth
 from .history import StepView
 from .kv import KV, check_kv
@@ -284,6 +285,18 @@ CHECKS: dict[str, CheckSpec] = {
             "MCINSPECT_COW_FINGERPRINTS=1 (the capture syncs the device); that the source itself was the "
             "right state (T1, T2)",
             run=check_cow_copy,
+        ),
+        CheckSpec(
+            name=TP_AGREE,
+            invariant="TP",
+            description="the tensor-parallel ranks agree on the tree, every slot's owner and the requests' slots at each step",
+            targets=("a TP rank whose bookkeeping diverges (its heads get wrong states)",),
+            needs=("metadata",),
+            checked="each rank's recording against rank 0's at every step both hold (`demo --tp N --record`, "
+            "`record` of a TP engine: one file per rank); every node field but last_access, every slot claim, every request record",
+            blind_to="one rank's view alone (a single recording or snapshot, a live check); slot contents, which differ "
+            "by design (each rank holds its heads' shard)",
+            run=across_ranks_only,
         ),
     )
 }

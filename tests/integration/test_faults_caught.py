@@ -44,6 +44,7 @@ CASES = [
     ("mixed-track-dropped", DEFAULT_FAMILY, "extra_buffer", 16),
     ("decode-write-to-padding", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
     ("stray-track-write", DEFAULT_FAMILY, "extra_buffer", 1),
+    ("tp-desync", DEFAULT_FAMILY, "extra_buffer", 16),  # with --tp 2 (fault_runs)
     # ... and the two Mamba2 bugs in sglang's real Mamba2 code path (re-created on GDN: the matrix)
     ("wrong-chunk-state", "nemotron-h", "extra_buffer", 16),
     ("zero-initial-state", "nemotron-h", "extra_buffer", 16),

@@ -4,7 +4,9 @@ hook body working, reads clean (T2 included) and catches faults of different mec
 unsupported one runs with the hooks off and says why in one line, in the engine's log, in
 `mcinspect info` and as the demo's error.
 
-CI runs RELEASES x FAULTS; MCINSPECT_RELEASE_MATRIX=1 runs the whole fault library per release.
+CI runs RELEASES x FAULTS_IN_CI; MCINSPECT_RELEASE_MATRIX=1 runs the whole fault library per
+release and the unsupported release (its venv and engine start cost a minute of CI's budget;
+tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
 from __future__ import annotations
@@ -28,11 +30,9 @@ RELEASES = ("0.5.22",)
 """The supported releases besides the main venv's 0.5.23 (engine_hooks/generations.py)."""
 UNSUPPORTED = "0.5.21"
 """The newest release the adapters do not read (no UnifiedRadixCache.lock / checkpoint_into_tree)."""
-FAULTS_IN_CI = [
-    ("dropped-cow", "qwen3-next", "extra_buffer", 16),  # T2 of working states
-    ("wrong-chunk-state", "nemotron-h", "extra_buffer", 16),  # Mamba2's own path, T2 (#37836)
-]
-"""Two mechanisms; the metadata checks (write-ran at the step) meet 0.5.22's own mixed-chunk bug."""
+FAULTS_IN_CI = [("wrong-chunk-state", "nemotron-h", "extra_buffer", 16)]
+"""Mamba2's own path, caught by T2 (#37836); the metadata checks (write-ran at the step) meet
+0.5.22's own mixed-chunk bug below. The matrix adds every other fault."""
 MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
 
 
@@ -108,6 +108,7 @@ def test_the_real_mixed_chunk_bug_of_0_5_22_is_caught_on_the_unpatched_engine(re
     assert min(v["step"] for v in found) == first_unwritten  # the metadata check sees it first, at the step
 
 
+@pytest.mark.skipif(os.environ.get(MATRIX_ENV) != "1", reason=f"CI's time budget: {MATRIX_ENV}=1 runs it")
 def test_an_unsupported_release_runs_with_the_hooks_off_and_says_why(tmp_path: Path) -> None:
     mcinspect = str(venv_of(UNSUPPORTED) / "bin" / "mcinspect")
     port = free_port_pair()

@@ -35,6 +35,24 @@ def free_port_pair() -> int:
     raise RuntimeError("no free port pair found in 10000-21999")
 
 
+def free_ports_for_ranks(ranks: int) -> int:
+    """A base port whose 2 * `ranks` ports are free (each rank binds two)."""
+    for _ in range(50):
+        port = free_port_pair()
+        if all(_port_free(port + offset) for offset in range(2, 2 * ranks)):
+            return port
+    raise RuntimeError("no run of free ports found")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def tagged_env() -> tuple[dict[str, str], str]:
     """The environment for a demo process, tagged so its descendants can be found later."""
     tag = uuid.uuid4().hex

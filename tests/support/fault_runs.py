@@ -12,7 +12,7 @@ from pathlib import Path
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS, RECOMPUTE_CHECK
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
 
-from engine_runs import MCINSPECT, free_port_pair
+from engine_runs import MCINSPECT, free_ports_for_ranks
 
 REQUESTS = 24
 """Every fault's first action in CI comes within the first 30 steps; a run lasts about 110."""
@@ -36,7 +36,7 @@ def record_and_check(
 ) -> tuple[list[dict], dict]:
     recording = tmp_path / "run.mcrec"
     demo = subprocess.run(
-        [mcinspect, "demo", "--json", "--requests", str(requests), "--port", str(free_port_pair()), "--record", str(recording), *demo_args],
+        [mcinspect, "demo", "--json", "--requests", str(requests), "--port", str(free_ports_for_ranks(2)), "--record", str(recording), *demo_args],
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-3000:]
@@ -58,10 +58,14 @@ def assert_fault_caught(
     args = ["--model", model, "--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
     args += ["--tree-core", tree_core, "--verify", "engine" if first_check_that_sees(fault, strategy) in RECOMPUTE_CHECKS else "off"]
     args += ["--mixed-chunk"] if "mixed-chunk" in spec.requires else []
-    violations, _ = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV, LOG_ENV: str(log)}, mcinspect=mcinspect)
+    args += ["--tp", "2"] if "tp" in spec.requires else []
+    violations, summary = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV, LOG_ENV: str(log)}, mcinspect=mcinspect)
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["fault"] == fault and a["step"] is not None for a in actions)
     first = min(a["step"] for a in actions)
+    if "tp" in spec.requires:  # both ranks listed and recorded; they agreed until the fault acted
+        assert len(summary["rank_ports"]) == 2 and (tmp_path / "run.rank1.mcrec").exists(), summary["rank_ports"]
+        assert not [v for v in violations if v["step"] < first], violations[:3]
     # the first of the checks meant for it (state-depth cannot see no_buffer's states: T2 does)
     caught = sorted((v for v in violations if v["check"] in spec.expected_checks), key=lambda v: v["step"])
     assert caught, f"{fault}: expected {spec.expected_checks}, got {sorted({v['check'] for v in violations})}"

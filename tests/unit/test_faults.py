@@ -50,6 +50,7 @@ import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on C
 from engine_runs import MCINSPECT  # noqa: E402
 
 EXPECTED = {
+    "tp-desync",
     "wrong-chunk-state",
     "zero-initial-state",
     "track-off-by-one",

@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import initial_state, ownership, track, working, writes
+from . import initial_state, ownership, ranks, track, working, writes
 from .base import RECOMPUTE_CHECK, Fault, Hook
 
 __all__ = ["ENV_VAR", "FAULTS", "RECOMPUTE_CHECK", "Fault", "FaultError", "Hook", "get_fault", "install_fault_from_env"]
@@ -29,7 +29,7 @@ ENV_VAR = "MCINSPECT_FAULT"
 """Names the fault to install; unset or empty: nothing is patched."""
 
 FAULTS: dict[str, Fault] = {
-    fault.name: fault for fault in (*track.FAULTS, *initial_state.FAULTS, *ownership.FAULTS, *working.FAULTS, *writes.FAULTS)
+    fault.name: fault for fault in (*track.FAULTS, *initial_state.FAULTS, *ownership.FAULTS, *working.FAULTS, *writes.FAULTS, *ranks.FAULTS)
 }
 
 _HOOK_REGISTRY = "sglang.srt.plugins.hook_registry"

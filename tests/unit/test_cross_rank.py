@@ -1,0 +1,73 @@
+"""Check tp-agree: the recordings of two TP ranks, beside each other as `record` writes them
+(rank_files.py), compared step by step; what may differ between ranks (last_access) does not count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from mcinspect.check_runner import check_file
+from mcinspect.rank_files import rank_path, rank_paths
+from mcinspect.recording import RecordingWriter
+from mcinspect.schema import SCHEMA_VERSION, CacheState, Counters, Delta, KvState, NodeId, Seq, SlotClaim, SlotId, Snapshot, Step
+
+from factory import node
+
+
+def _snapshot() -> Snapshot:
+    state = CacheState(
+        step=Step(10),
+        nodes={NodeId(0): node(0, -1, 0, 0), NodeId(1): node(1, 0, 0, slot=1)},
+        slots={
+            SlotId(s): [SlotClaim(slot=SlotId(s), kind="tree", node=NodeId(1))] if s == 1 else [SlotClaim(slot=SlotId(s), kind="free")]
+            for s in (1, 2, 3)
+        },
+        requests={},
+        kv=KvState(page_size=16, size=4096, free_runs=[(16, 4080)]),
+    )
+    return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(0), state=state, counters=Counters())
+
+
+def _insert(slot: int, last_access: float = 0.0) -> Delta:
+    """Step 11: node 2 enters the tree under node 1 with `slot`."""
+    return Delta(
+        schema_version=SCHEMA_VERSION, seq=Seq(1), step=Step(11),
+        upsert_nodes=[msgspec.structs.replace(node(2, 1, 16, slot=slot), last_access=last_access)], removed_nodes=[],
+        slots={SlotId(slot): [SlotClaim(slot=SlotId(slot), kind="tree", node=NodeId(2))]},
+        upsert_requests=[], removed_requests=[], kv=None, events=[], counters=Counters(),
+    )  # fmt: skip
+
+
+def _write(path: str, *frames: Snapshot | Delta) -> None:
+    with RecordingWriter(Path(path), None, compress=False) as writer:
+        for frame in frames:
+            writer.write(frame)
+
+
+def test_rank_files_sit_beside_rank_zeros(tmp_path: Path) -> None:
+    path = str(tmp_path / "run.mcrec")
+    assert rank_path(path, 0) == path and rank_path(path, 1) == str(tmp_path / "run.rank1.mcrec")
+    _write(path, _snapshot())
+    assert rank_paths(path) == [path]
+    _write(rank_path(path, 1), _snapshot())
+    assert rank_paths(path) == [path, rank_path(path, 1)]
+
+
+def test_ranks_that_agree_but_for_their_clocks_are_clean(tmp_path: Path) -> None:
+    path = str(tmp_path / "run.mcrec")
+    _write(path, _snapshot(), _insert(2, last_access=1.0))
+    _write(rank_path(path, 1), _snapshot(), _insert(2, last_access=2.5))
+    assert list(check_file(path, ["tp-agree"])) == []
+
+
+def test_a_rank_that_keeps_a_state_in_another_slot_is_named_at_the_step(tmp_path: Path) -> None:
+    path = str(tmp_path / "run.mcrec")
+    _write(path, _snapshot(), _insert(2))
+    _write(rank_path(path, 1), _snapshot(), _insert(3))
+    found = list(check_file(path, ["tp-agree"]))
+    assert found and {v.check for v in found} == {"tp-agree"} and {v.step for v in found} == {11}
+    assert {SlotId(2), SlotId(3)} <= {s for v in found for s in v.slots}
+    node_two = [v for v in found if v.nodes == (NodeId(2),) and not v.slots]
+    assert node_two and "mamba_slot 3 there, 2 on rank 0" in node_two[0].reason
+    assert list(check_file(path, ["slot-partition"])) == []  # each rank alone is consistent
