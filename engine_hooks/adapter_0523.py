@@ -72,6 +72,12 @@ def is_python_core(tree_cache: Any) -> bool:
     return hasattr(tree_cache.tree_core, "_node_arena")
 
 
+def tree_view(tree_cache: Any) -> PythonTreeView | RustTreeView:
+    """The view of `tree_cache`'s core (generations.Generation.tree_view)."""
+    core = tree_cache.tree_core
+    return PythonTreeView(core) if is_python_core(tree_cache) else RustTreeView(core)
+
+
 def node_end(record: NodeRecord) -> int:
     """Tokens from the root to the end of the node's key: where its mamba state sits."""
     return record.depth + record.key_len

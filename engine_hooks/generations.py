@@ -67,23 +67,24 @@ class Generation:
     hooks: tuple[Hook, ...]
     required: tuple[str, ...]
     """Targets without which the generation does not fit this sglang."""
+    adapter: str
+    """Its tree adapter module: `supports(tree_cache)` and `tree_view(tree_cache)`."""
+    pools_reader: str
+    """Its pools-and-requests module (the functions and readers of pools_0523)."""
 
     def supports(self, tree_cache: Any) -> bool:
-        from .adapter_0523 import supports
-
-        return supports(tree_cache)
+        return bool(self._module(self.adapter).supports(tree_cache))
 
     def tree_view(self, tree_cache: Any) -> TreeView:
-        from .adapter_0523 import PythonTreeView, RustTreeView, is_python_core
-
-        core = tree_cache.tree_core
-        return PythonTreeView(core) if is_python_core(tree_cache) else RustTreeView(core)
+        return self._module(self.adapter).tree_view(tree_cache)
 
     @property
     def pools(self) -> ModuleType:
-        from . import pools_0523
+        return self._module(self.pools_reader)
 
-        return pools_0523
+    @staticmethod
+    def _module(name: str) -> ModuleType:
+        return importlib.import_module(f"{__package__}.{name}")  # imports sglang: only once selected
 
 
 UNIFIED_TREE_CORE = Generation(
@@ -95,6 +96,8 @@ UNIFIED_TREE_CORE = Generation(
         for h in HOOKS
         if h.kind == "scheduler" or h.body in ("cache.inserting", "cache.locked", "cache.checkpoint", "pools.allocated")
     ),
+    adapter="adapter_0523",
+    pools_reader="pools_0523",
 )
 GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE,)
 
