@@ -11,12 +11,16 @@ for its heads only: answers degrade while rank 0's view looks healthy.
 
 from __future__ import annotations
 
-from mcinspect.schema import CacheState, NodeId, NodeRecord, Rid, SlotId, Step
+import msgspec
+
+from mcinspect.schema import CacheState, NodeId, Rid, SlotId, Step
 
 from .history import StepView
 from .violation import Violation
 
 TP_AGREE = "tp-agree"
+RANK_LOCAL_NODE_FIELDS = ("last_access",)
+"""Node fields each rank stamps from its own clock."""
 MAX_PER_STEP = 8
 """Disagreements reported per rank and step (the first ones; the rest usually follow from them)."""
 
@@ -25,10 +29,6 @@ def across_ranks_only(view: StepView) -> list[Violation]:
     """One rank's step has nothing to compare with: check_runner runs `disagreements` on the
     recordings of several ranks."""
     return []
-
-
-def _node_key(record: NodeRecord) -> tuple:
-    return tuple(getattr(record, f) for f in record.__struct_fields__ if f != "last_access")
 
 
 def disagreements(step: Step, reference: CacheState, other: CacheState, rank: int) -> list[Violation]:
@@ -45,17 +45,16 @@ def _requests(step: Step, reference: CacheState, other: CacheState, rank: int) -
         if ours == theirs:
             continue
         if ours is None or theirs is None:
-            where = "rank 0 only" if theirs is None else f"rank {rank} only"
-            found.append(Violation(check=TP_AGREE, step=step, reason=f"request {rid} is held on {where}", rids=(Rid(rid),)))
+            found.append(
+                Violation(check=TP_AGREE, step=step, reason=f"request {rid} is held on {_only_on(theirs, rank)}", rids=(Rid(rid),))
+            )
             continue
         slots = (ours.working_slot, *ours.ping_pong, theirs.working_slot, *theirs.ping_pong)
-        fields = [f for f in ours.__struct_fields__ if getattr(ours, f) != getattr(theirs, f)]
-        detail = ", ".join(f"{f} {getattr(theirs, f)!r} there, {getattr(ours, f)!r} on rank 0" for f in fields[:3])
         found.append(
             Violation(
                 check=TP_AGREE,
                 step=step,
-                reason=f"request {rid} differs on rank {rank}: {detail}",
+                reason=f"request {rid} differs on rank {rank}: {_differences(ours, theirs)}",
                 rids=(Rid(rid),),
                 slots=tuple(dict.fromkeys(SlotId(s) for s in slots if s >= 0)),
             )
@@ -86,15 +85,25 @@ def _nodes(step: Step, reference: CacheState, other: CacheState, rank: int) -> l
     for node in sorted(reference.nodes.keys() | other.nodes.keys()):
         ours, theirs = reference.nodes.get(node), other.nodes.get(node)
         if ours is None or theirs is None:
-            where = "rank 0 only" if theirs is None else f"rank {rank} only"
-            found.append(Violation(check=TP_AGREE, step=step, reason=f"node {node} exists on {where}", nodes=(NodeId(node),)))
-        elif _node_key(ours) != _node_key(theirs):
-            fields = [f for f in ours.__struct_fields__ if f != "last_access" and getattr(ours, f) != getattr(theirs, f)]
-            detail = ", ".join(f"{f} {getattr(theirs, f)!r} there, {getattr(ours, f)!r} on rank 0" for f in fields[:3])
+            found.append(
+                Violation(check=TP_AGREE, step=step, reason=f"node {node} exists on {_only_on(theirs, rank)}", nodes=(NodeId(node),))
+            )
+        elif detail := _differences(ours, theirs, ignored=RANK_LOCAL_NODE_FIELDS):
             found.append(
                 Violation(check=TP_AGREE, step=step, reason=f"node {node} differs on rank {rank}: {detail}", nodes=(NodeId(node),))
             )
     return found
+
+
+def _only_on(theirs: object | None, rank: int) -> str:
+    """Where a record that one rank lacks exists (`theirs`: rank `rank`'s, None if it lacks it)."""
+    return "rank 0 only" if theirs is None else f"rank {rank} only"
+
+
+def _differences(ours: msgspec.Struct, theirs: msgspec.Struct, ignored: tuple[str, ...] = ()) -> str:
+    """The first fields (up to 3) in which rank r's record differs from rank 0's; "" if none."""
+    fields = [f for f in ours.__struct_fields__ if f not in ignored and getattr(ours, f) != getattr(theirs, f)]
+    return ", ".join(f"{f} {getattr(theirs, f)!r} there, {getattr(ours, f)!r} on rank 0" for f in fields[:3])
 
 
 def _claims(claims: list) -> str:
