@@ -2,7 +2,7 @@
 after they ran and before the forward's layers extend the working slots (the only moment at
 which "the working slot equals its source" / "a cleared slot is zero" can be seen).
 
-Target: the `cow.copy` row of `hooks_0523.HOOKS` (around: before keeps the batch's COW / clear slot ids, which the method sets to None; after queues a CowEvent for every extend forward, empty or not: check cow-ran, with the sources, destinations and cleared slots fingerprinted: T3).
+Target: the `cow.copy` row of `hooks_0523.HOOKS` (around: copy_begin keeps the batch's COW / clear slot ids, which the method sets to None; copy_end queues a CowEvent for every extend forward, empty or not: check cow-ran, with the sources, destinations and cleared slots fingerprinted: T3).
 
 The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
 are part of the forward; skipped for steps no client observes (`EventSink.observed`, checked
@@ -32,16 +32,16 @@ class CowHooks:
         self.sink = sink
         self._pending: tuple[Any, Any, Any] | None = None
 
-    def before(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
+    def copy_begin(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         self._pending = (
             getattr(forward_batch, "mamba_cow_src_indices", None),
             getattr(forward_batch, "mamba_cow_dst_indices", None),
             getattr(forward_batch, "mamba_clear_indices", None),
         )
 
-    def after(self, ret: Any, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
+    def copy_end(self, ret: Any, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         pending, self._pending = self._pending, None
-        if pending is None:  # before() failed
+        if pending is None:  # copy_begin() failed
             return
         ran = getattr(forward_batch, "mamba_cow_src_indices", None) is None and getattr(forward_batch, "mamba_clear_indices", None) is None
         mode = getattr(forward_batch, "forward_mode", None)

@@ -247,52 +247,26 @@ def hook_points(
     bound to their bodies, each guarded by its kind: `every` and `state` at every step,
     `observed` / `write` only in observed steps (`write` only with `track_writes`), `around`
     as an observed before / after pair. `scheduler` rows are the plugin's own."""
-    tree, cache, pools, writes, cow = _TreeHooks(sink), _CacheHooks(sink), _PoolHooks(sink), WriteHooks(sink), CowHooks(sink)
-    bodies: dict[str, Callable[..., Any]] = {
-        "tree.node_gone": tree.node_gone,
-        "tree.node_changed": tree.node_changed,
-        "tree.matched": tree.matched,
-        "tree.component_evicted": tree.component_evicted,
-        "tree.value_set": tree.value_set,
-        "tree.path_lock": tree.path_lock,
-        "cache.eviction_result": cache.eviction_result,
-        "cache.values_freed": cache.values_freed,
-        "cache.inserting": cache.inserting,
-        "cache.matched": cache.matched,
-        "cache.locked": cache.locked,
-        "cache.unlocking": cache.unlocking,
-        "cache.releasing_row": cache.releasing_row,
-        "cache.released": cache.released,
-        "pools.allocated": pools.allocated,
-        "pools.freeing": pools.freeing,
-        "pools.group_begin": pools.group_begin,
-        "pools.group_end": pools.group_end,
-        "pools.admitting": pools.admitting,
-        "pools.prefill_track": pools.prefill_track,
-        "pools.decode_track": pools.decode_track,
-        "pools.retracted": pools.retracted,
-        "state.inserting": log.inserting,
-        "state.extend_planned": log.extend_planned,
-        "state.decode_planned": log.decode_planned,
-        "state.collecting_copies": log.collecting_copies,
-        "state.mixed": log.mixed,
-        "write.extend_prepared": writes.extend_prepared,
-        "write.decode_prepared": writes.decode_prepared,
-        "write.mixed": writes.mixed,
-        "write.extend_tracked": writes.extend_tracked,
-        "write.decode_copied": writes.decode_copied,
+    owners: dict[str, Any] = {
+        "tree": _TreeHooks(sink),
+        "cache": _CacheHooks(sink),
+        "pools": _PoolHooks(sink),
+        "state": log,
+        "write": WriteHooks(sink),
+        "cow": CowHooks(sink),
     }
-    pairs: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-        "cache.checkpoint": (cache.checkpoint_begin, cache.checkpoint_end),
-        "cache.evict": (cache.evict_begin, cache.evict_end),
-        "cow.copy": (cow.before, cow.after),
-    }
+
+    def body(name: str, suffix: str = "") -> Callable[..., Any]:
+        """Row body "owner.method" (an around row's pair: method_begin / method_end)."""
+        owner, method = name.split(".")
+        return getattr(owners[owner], method + suffix)
+
     points: list[HookPoint] = []
     for hook in hooks:
         if hook.kind in ("every", "state"):
-            points.append((hook.dotted, hook.when, errors.guard(bodies[hook.body])))
+            points.append((hook.dotted, hook.when, errors.guard(body(hook.body))))
         elif hook.kind == "observed" or (hook.kind == "write" and track_writes):
-            points.append((hook.dotted, hook.when, errors.guard_observed(bodies[hook.body], sink)))
+            points.append((hook.dotted, hook.when, errors.guard_observed(body(hook.body), sink)))
         elif hook.kind == "around":
-            points.append((hook.dotted, "around", errors.around_observed(*pairs[hook.body], sink)))
+            points.append((hook.dotted, "around", errors.around_observed(body(hook.body, "_begin"), body(hook.body, "_end"), sink)))
     return points

@@ -4,7 +4,8 @@ cow_hooks.py, plugin.py bind them) and what it does. The one place these targets
 plugin registers from it, `mcinspect hooks` prints it, and the README's table is checked
 against it (tests/unit/test_hook_table.py).
 
-Kinds: `every` runs at every step (dirty marks, counts); `observed` only makes events, so in a
+A row's `body` is "owner.method" of the hook modules' objects (an `around` row's pair is
+method_begin / method_end: events.hook_points). Kinds: `every` runs at every step (dirty marks, counts); `observed` only makes events, so in a
 step no capture ends it returns at its first frame; `around` is an observed pair (before /
 after); `state` feeds the verifier's StateLog at every step; `write` is observed and off with
 MCINSPECT_TRACK_WRITES=off; `scheduler` is the inspector's own step boundary.
