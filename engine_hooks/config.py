@@ -103,9 +103,8 @@ class HooksConfig:
             track_writes=track_writes == "on",
         )
 
-    def request_port(self, *, tp_rank: int, tp_size: int, pp_rank: int, pp_size: int, dp_rank: int) -> int:
-        """base + 2 * (global rank); global rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank."""
-        rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank
+    def request_port(self, rank: int) -> int:
+        """base + 2 * rank, for the scheduler process of that rank (placement.py)."""
         return self.base_port + PORTS_PER_PROCESS * rank
 
 

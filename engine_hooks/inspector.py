@@ -53,6 +53,7 @@ from .families import family_of_architecture
 from .generations import Selection
 from .guard import ErrorCounter
 from .live_cadence import LiveCadence
+from .placement import Placement, placement_fields
 from .publisher import Publisher
 from .self_check import SelfCheck
 from .server import RequestServer
@@ -76,13 +77,8 @@ class Inspector:
     def __init__(
         self, scheduler: Any, config: HooksConfig, errors: ErrorCounter, sink: EventSink, state_log: StateLog, selection: Selection
     ) -> None:
-        from sglang.srt.runtime_context import get_parallel
-
-        parallel = get_parallel()
-        dp_rank = parallel.dp_rank or 0
-        self.port = config.request_port(
-            tp_rank=parallel.tp_rank, tp_size=parallel.tp_size, pp_rank=parallel.pp_rank, pp_size=parallel.pp_size, dp_rank=dp_rank
-        )
+        placement = Placement.of_scheduler(scheduler)
+        self.port = config.request_port(placement.rank)
         self.errors = errors
         self.sink = sink
         self._lock = threading.Lock()
@@ -109,7 +105,7 @@ class Inspector:
         keys = self._keys(config)
         self.publisher = Publisher(config.host, self.port + 1, keys=keys)
         info = msgspec.structs.replace(
-            engine_info(scheduler, self.port, self.publisher.port, self.capture.full_detail, tp_rank=parallel.tp_rank, dp_rank=dp_rank),
+            engine_info(scheduler, self.port, self.publisher.port, self.capture.full_detail, placement),
             verify=config.verify,
             verify_share=config.verify_share,
             verify_rate=config.verify_rate,
@@ -296,7 +292,7 @@ class Inspector:
         )
 
 
-def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, *, tp_rank: int, dp_rank: int) -> EngineInfo:
+def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, placement: Placement) -> EngineInfo:
     """The engine's configuration as this scheduler process sees it."""
     import sglang
 
@@ -317,14 +313,15 @@ def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, 
         full_tree_detail=full_detail,
         mamba_pool_size=int(mamba_pool.size) if mamba_pool is not None else 0,
         kv_pool_tokens=int(scheduler.max_total_num_tokens),
-        tp_rank=tp_rank,
-        dp_rank=dp_rank,
+        tp_rank=placement.tp_rank,
+        dp_rank=placement.dp_rank,
         pid=os.getpid(),
         request_port=port,
         stream_port=stream_port,
         model_family=family.name if family is not None else "",
         state_layout=family.state_layout if family is not None else "",
         **state_shapes(mamba_pool),
+        **placement_fields(placement),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from mcinspect.schema import SCHEMA_VERSION, EngineInfo, ErrorReply, GetHistory, GetSnapshot, GetStats
 
 from .config import HooksConfig
+from .placement import Placement, placement_fields
 from .server import RequestServer
 
 
@@ -17,9 +18,8 @@ class UnsupportedInspector:
     def __init__(self, scheduler: Any, config: HooksConfig, reason: str) -> None:
         import sglang
 
-        ranks = {name: int(getattr(scheduler, name, 0) or 0) for name in ("tp_rank", "pp_rank", "dp_rank")}
-        sizes = {name: int(getattr(scheduler, name, 1) or 1) for name in ("tp_size", "pp_size")}
-        self.port = config.request_port(**ranks, **sizes)
+        placement = Placement.of_scheduler(scheduler)
+        self.port = config.request_port(placement.rank)
         info = EngineInfo(
             schema_version=SCHEMA_VERSION,
             sglang_version=str(sglang.__version__),
@@ -31,12 +31,13 @@ class UnsupportedInspector:
             full_tree_detail=False,
             mamba_pool_size=0,
             kv_pool_tokens=0,
-            tp_rank=ranks["tp_rank"],
-            dp_rank=ranks["dp_rank"],
+            tp_rank=placement.tp_rank,
+            dp_rank=placement.dp_rank,
             pid=os.getpid(),
             request_port=self.port,
             stream_port=0,
             unsupported=reason,
+            **placement_fields(placement),
         )
         refuse = ErrorReply(schema_version=SCHEMA_VERSION, reason=reason)
         self.server = RequestServer(

@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from .cli_output import fail, print_ranks, print_summary, progress, serve_until_interrupted, stderr, summary_dict, warn
 from .errors import McinspectError
-from .target import Target
+from .target import Target, parse_targets
 
 if TYPE_CHECKING:
     from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig
@@ -95,6 +95,20 @@ app = typer.Typer(
 
 TokenOption = Annotated[str, typer.Option(envvar="MCINSPECT_TOKEN", help="Token the engine requires off loopback.", show_default=False)]
 TimeoutOption = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for each answer.")]
+TARGETS_HELP = (
+    "PORT or HOST:PORT of the engine's hooks (its MCINSPECT_PORT: rank 0's), or HOST:PORT,HOST:PORT,... for an engine "
+    "whose ranks run on several hosts (rank 0's host first, the same base port on each); rank r listens on PORT + 2 * r"
+)
+RankOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--rank",
+        min=0,
+        help="Which rank of a tensor-parallel engine (default 0): each rank has its own tree, slots and requests; "
+        "a recording's rank r is the file beside it (run.rank1.mcrec).",
+        show_default=False,
+    ),
+]
 EveryStepOption = Annotated[
     bool,
     typer.Option(
@@ -280,9 +294,7 @@ def demo(
 def snapshot(
     target: Annotated[
         str,
-        typer.Argument(
-            help="PORT or HOST:PORT of a scheduler process's hooks; for --format tree also a snapshot file or a recording (its last step)."
-        ),
+        typer.Argument(help=TARGETS_HELP + "; for --format tree also a snapshot file or a recording (its last step)."),
     ],
     output: Annotated[str, typer.Option("--output", "-o", help="File to write, '-' for stdout.")] = "-",
     fmt: Annotated[
@@ -291,14 +303,19 @@ def snapshot(
     max_nodes: Annotated[
         Optional[int], typer.Option(min=1, help="tree: node lines before the rest folds into counted '…' lines (default 200).")
     ] = None,
+    rank: RankOption = None,
     token: TokenOption = "",
     timeout: TimeoutOption = 10.0,
 ) -> None:
-    """Dump one consistent snapshot of the cache (tree, slot owners, requests, KV) as JSON, or print its tree."""
-    from .inspect_commands import fetch_snapshot, write_json
+    """Dump one consistent snapshot of one rank's cache (tree, slot owners, requests, KV) as JSON, or print its tree.
+
+    A snapshot is one scheduler process's: with several ranks, `--rank N` picks one (`mcinspect
+    check PORT` compares them all).
+    """
+    from .inspect_commands import fetch_snapshot, rank_target, write_json
 
     if fmt == "tree":
-        _snapshot_tree(target, output, max_nodes, token, timeout)
+        _snapshot_tree(target, output, max_nodes, token, timeout, rank)
         return
     if fmt != "json":
         fail(f"--format {fmt}: pick json or tree")
@@ -306,7 +323,8 @@ def snapshot(
         fail("--max-nodes applies to --format tree")
     if os.path.exists(target):
         fail(f"{target} is a file, not PORT or HOST:PORT: `--format tree` prints a file's tree")
-    data = fetch_snapshot(Target.parse(target), token, timeout)
+    where = rank_target(parse_targets(target), rank or 0, token, timeout)
+    data = fetch_snapshot(where, token, timeout)
     write_json(data, output)
     if output != "-":
         state = data.state
@@ -317,13 +335,13 @@ def snapshot(
         )
 
 
-def _snapshot_tree(source: str, output: str, max_nodes: int | None, token: str, timeout: float) -> None:
+def _snapshot_tree(source: str, output: str, max_nodes: int | None, token: str, timeout: float, rank: int | None) -> None:
     """The tree of SOURCE: coloured to a terminal, plain to a pipe or a file."""
     from rich.console import Console
 
     from .tree_text import DEFAULT_MAX_NODES, MAX_LEVELS, build_tree, levels_for_width, plain_text, print_tree
 
-    loaded = _load(source, None, token, timeout)
+    loaded = _load(source, None, token, timeout, rank)
     flagged = {node for violation in _violations_of(loaded.state) for node in violation.nodes}
     terminal = output == "-" and sys.stdout.isatty()
     console = Console() if terminal else None
@@ -339,20 +357,21 @@ def _snapshot_tree(source: str, output: str, max_nodes: int | None, token: str, 
 
 @app.command()
 def info(
-    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of rank 0's hooks; other ranks are found at +2, +4, ...")],
+    target: Annotated[str, typer.Argument(help=TARGETS_HELP + ".")],
     token: TokenOption = "",
     timeout: TimeoutOption = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object per rank.")] = False,
 ) -> None:
-    """Engine configuration, ranks, schema version and the hooks' counters (drops, errors)."""
+    """Engine configuration, every rank (where it listens, its step, slots in use), schema version and the hooks' counters (drops, errors)."""
     import msgspec
 
-    from .inspect_commands import discover_ranks
+    from .inspect_commands import rank_infos
 
-    ranks = discover_ranks(Target.parse(target), token, timeout)
+    ranks = rank_infos(parse_targets(target), token, timeout)
     if json_out:
         for rank in ranks:
-            typer.echo(msgspec.json.encode({"info": rank.info, "stats": rank.stats}).decode())
+            address = {"host": rank.rank.target.host, "port": rank.rank.target.port}
+            typer.echo(msgspec.json.encode({"rank": rank.rank.rank, "address": address, "info": rank.info, "stats": rank.stats}).decode())
     else:
         print_ranks(ranks)
 
@@ -365,7 +384,9 @@ class RenderFormat(str, enum.Enum):
 
 @app.command()
 def render(
-    source: Annotated[str, typer.Argument(help="A snapshot file, a recording (with --step), or PORT / HOST:PORT of a live engine.")],
+    source: Annotated[
+        str, typer.Argument(help="A snapshot file, a recording (with --step), or PORT / HOST:PORT[,HOST:PORT...] of a live engine.")
+    ],
     output: Annotated[str, typer.Option("--output", "-o", help="File to write ('-' for stdout).")],
     step: Annotated[Optional[int], typer.Option(help="Recording step to render (default: the last).")] = None,
     fmt: Annotated[
@@ -373,14 +394,15 @@ def render(
     ] = RenderFormat.svg,
     focus: Annotated[Optional[str], typer.Option(help="A node id or request id: render its path and neighbourhood.")] = None,
     max_nodes: Annotated[int, typer.Option(min=10, help="Fold the rest (chains, unlocked stateless subtrees) into summary nodes.")] = 500,
+    rank: RankOption = None,
     token: TokenOption = "",
 ) -> None:
-    """Draw the radix tree with its mamba slots, requests and ping-pong buffers (Graphviz)."""
+    """Draw one rank's radix tree with its mamba slots, requests and ping-pong buffers (Graphviz)."""
     from .inspect_commands import write_bytes
     from .render import parse_focus
     from .render import render as render_state
 
-    loaded = _load(source, step, token)
+    loaded = _load(source, step, token, rank=rank)
     focus_id = parse_focus(loaded.state, focus) if focus is not None else None
     data = render_state(loaded.state, fmt.value, focus=focus_id, max_nodes=max_nodes, violations=_violations_of(loaded.state))
     write_bytes(data, output)
@@ -390,18 +412,25 @@ def render(
 
 @app.command()
 def record(
-    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks.")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Recording file to write.")],
+    target: Annotated[str, typer.Argument(help=TARGETS_HELP + ".")],
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="Recording file to write (rank 0's; rank r's goes beside it: run.rank1.mcrec).")
+    ],
     steps: Annotated[Optional[int], typer.Option(min=1, help="Stop after this many steps (default: until Ctrl-C).")] = None,
     token: TokenOption = "",
 ) -> None:
-    """Record the stream of a live engine (schema-versioned, compressed, crash-safe per frame)."""
-    from .inspect_commands import discover_ranks
-    from .rank_files import rank_path, record_ranks
+    """Record the stream of every rank of a live engine (schema-versioned, compressed, crash-safe per frame).
 
-    where = Target.parse(target)
-    ranks = len(discover_ranks(where, token, 5.0))
-    also = f" (and its {ranks - 1} other TP ranks to {rank_path(output, 1)}, ...)" if ranks > 1 else ""
+    `check`, `replay`, `render`, `diff` and `snapshot --format tree` read the rank files beside
+    the one given.
+    """
+    from .rank_files import rank_path
+    from .ranks import discover
+    from .recorder import record_ranks
+
+    ranks = discover(parse_targets(target), token, 5.0)
+    where = ranks[0].target
+    also = f" (and its {len(ranks) - 1} other ranks to {rank_path(output, 1)}, ...)" if len(ranks) > 1 else ""
     stderr.print(f"recording {where.host}:{where.port} to {output}{also}; Ctrl-C stops", highlight=False)
     # Ctrl-C / kill set a flag the loop reads between frames: a KeyboardInterrupt could land in
     # a finalizer, where Python ignores it, and the recording would never stop (or end torn).
@@ -409,7 +438,7 @@ def record(
     stopped_by: list[int] = []
     for signum in STOPPED:
         signal.signal(signum, lambda signum, frame: (stopped_by.append(signum), stop.set()))
-    for rank, result in enumerate(record_ranks(where, output, ranks, token=token, steps=steps, stop=stop)):
+    for rank, result in enumerate(record_ranks([r.target for r in ranks], output, token=token, steps=steps, stop=stop)):
         stderr.print(
             f"wrote {rank_path(output, rank)}: {result.frames} frames, steps {result.first_step}..{result.last_step}, {result.resyncs} resyncs",
             highlight=False,
@@ -425,17 +454,20 @@ def diff(
     from_step: Annotated[Optional[int], typer.Option("--from", help="Recording step to diff from.")] = None,
     to_step: Annotated[Optional[int], typer.Option("--to", help="Recording step to diff to.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="The diff as one JSON object.")] = False,
+    rank: RankOption = None,
 ) -> None:
-    """What changed between two moments: nodes added / evicted / split, slot owners, fingerprints, locks."""
+    """What changed between two moments of one rank: nodes added / evicted / split, slot owners, fingerprints, locks."""
     from .diff import diff_json, diff_states, format_diff
 
     if b is None:
         if from_step is None or to_step is None:
             fail("give two snapshots, or one recording with --from and --to")
-        first, second = _load(a, from_step, ""), _load(a, to_step, "")
+        first, second = _load(a, from_step, "", rank=rank), _load(a, to_step, "", rank=rank)
     else:
         if from_step is not None or to_step is not None:
             fail("--from/--to apply to one recording; two snapshots need neither")
+        if rank is not None:
+            fail("--rank picks a rank of one recording; two snapshot files are one rank's each")
         first, second = _load(a, None, ""), _load(b, None, "")
     result = diff_states(first.state, second.state)
     if json_out:
@@ -445,10 +477,10 @@ def diff(
         typer.echo(format_diff(result))
 
 
-def _load(source: str, step: int | None, token: str, timeout_s: float = 10.0) -> LoadedState:
+def _load(source: str, step: int | None, token: str, timeout_s: float = 10.0, rank: int | None = None) -> LoadedState:
     from .sources import load_state
 
-    return load_state(source, step=step, token=token, timeout_s=timeout_s, on_warning=warn)
+    return load_state(source, step=step, token=token, timeout_s=timeout_s, on_warning=warn, rank=rank)
 
 
 def _violations_of(state: CacheState) -> list[Violation]:
@@ -467,7 +499,12 @@ def _write_bytes(data: bytes, output: str) -> None:
 
 @app.command()
 def check(
-    source: Annotated[str, typer.Argument(help="A snapshot file, a recording, or PORT / HOST:PORT of a live engine.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A snapshot file, a recording (the other ranks' files beside it too), or PORT / HOST:PORT[,HOST:PORT...] of a live engine (every rank)."
+        ),
+    ],
     checks: Annotated[Optional[list[str]], typer.Option("--checks", help="Run only these checks (repeat; see `mcinspect checks`).")] = None,
     steps: Annotated[Optional[int], typer.Option(min=1, help="Live: stop after this many steps (default: until Ctrl-C).")] = None,
     json_out: Annotated[
@@ -480,9 +517,14 @@ def check(
     ungrouped: Annotated[bool, typer.Option("--ungrouped", help="With --json: one object per violation, as found.")] = False,
     token: TokenOption = "",
 ) -> None:
-    """Check the cache invariants and slot contents; exit 0 clean, 1 violations, 2 bad input or a check that crashed."""
+    """Check the cache invariants and slot contents; exit 0 clean, 1 violations, 2 bad input or a check that crashed.
+
+    Every rank of an engine is checked (a violation of rank r says "rank r:"), and `tp-agree`
+    compares the ranks that run the same batches at every step both have.
+    """
     from .check_runner import check_file, check_live
     from .cli_output import ViolationReport
+    from .ranks import discover
 
     if ungrouped and not json_out:
         fail("--ungrouped applies to --json (the table always groups)")
@@ -492,7 +534,8 @@ def check(
             report.add(violation)
     else:
         try:
-            check_live(Target.parse(source), token=token, names=checks, steps=steps, on_violation=report.add)
+            ranks = discover(parse_targets(source), token)
+            check_live([r.target for r in ranks], token=token, names=checks, steps=steps, on_violation=report.add)
         except (KeyboardInterrupt, Terminated):
             report.finish()
             raise
@@ -502,7 +545,7 @@ def check(
 
 @app.command()
 def verify(
-    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a live engine's inspector (scheduler rank 0).")],
+    target: Annotated[str, typer.Argument(help=TARGETS_HELP + ".")],
     node: Annotated[Optional[list[int]], typer.Option("--node", help="A tree node id to verify (repeat the option for more).")] = None,
     all_nodes: Annotated[bool, typer.Option("--all", help="Every node that holds a mamba state.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object per node on stdout.")] = False,
@@ -519,14 +562,18 @@ def verify(
     input (unknown node, engine unreachable, model without mamba state) or a named node the
     engine's load kept from its turn: evicted while it waited, or no KV room for its prefix
     without evicting (under --all such nodes are listed and skipped).
+
+    On request only for an engine of one rank: with several ranks every rank must run the same
+    reference forward at once (its collectives), which the automatic verification does
+    (MCINSPECT_VERIFY=engine); `mcinspect check PORT` then reports T2 on every rank.
     """
     from .cli_output import print_verdicts
-    from .verify_command import exit_code, verify_nodes
+    from .verify_command import exit_code, single_rank, verify_nodes
 
     if not node and not all_nodes:
         fail("name the nodes with --node ID (see `mcinspect snapshot PORT --format tree`) or ask for --all")
     show = (lambda done, total: stderr.print(f"verified {done} of {total}", end="\r")) if sys.stderr.isatty() else (lambda d, t: None)
-    where = Target.parse(target)
+    where = single_rank(parse_targets(target), token, timeout)
     judged = verify_nodes(where, list(node or []), all_nodes, token=token, timeout_s=timeout, wait_s=wait, on_progress=show)
     print_verdicts(judged, json_out)
     raise typer.Exit(exit_code(judged, all_nodes))
@@ -546,31 +593,39 @@ def _demo_with_tui(config: EmbeddedEngineConfig, requests: int, token: str, ever
     from .tui import run_attach
 
     with run_demo_in_background(config, requests):
-        run_attach(Target("127.0.0.1", config.inspector_port), token, every_step)
+        run_attach((Target("127.0.0.1", config.inspector_port),), token, every_step)
 
 
 @app.command()
 def attach(
-    target: Annotated[str, typer.Argument(help="PORT or HOST:PORT of a scheduler process's hooks.")],
+    target: Annotated[str, typer.Argument(help=TARGETS_HELP + ".")],
     token: TokenOption = "",
     every_step: EveryStepOption = False,
 ) -> None:
-    """The TUI on a live engine: tree, slot map, page map, requests, events, violations, time travel."""
+    """The TUI on a live engine: tree, slot map, page map, requests, events, violations, time travel.
+
+    Every rank of the engine is followed: the view shows one at a time (R: the next rank, at the
+    same step), and the ranks tab (6) sets them side by side with `tp-agree`'s verdict.
+    """
     from .tui import run_attach
 
-    where = Target.parse(target)
+    targets = parse_targets(target)
     _needs_terminal("attach")
-    run_attach(where, token, every_step)
+    run_attach(targets, token, every_step)
 
 
 @app.command()
-def replay(path: Annotated[str, typer.Argument(help="A recording written by `mcinspect record` or `demo --record`.")]) -> None:
-    """The TUI on a recording: step through what happened, with the checks' findings."""
-    from .tui import load_recording, run_replay
+def replay(
+    path: Annotated[
+        str, typer.Argument(help="A recording written by `mcinspect record` or `demo --record` (its other ranks' files beside it too).")
+    ],
+) -> None:
+    """The TUI on a recording: step through what happened, with the checks' findings; every rank recorded (R: the next rank)."""
+    from .tui import load_recordings, run_replay
 
-    source = load_recording(path, on_warning=warn)  # its errors and warnings before the screen changes
+    sources = load_recordings(path, on_warning=warn)  # their errors and warnings before the screen changes
     _needs_terminal("replay")
-    run_replay(source)
+    run_replay(sources)
 
 
 @app.command()

@@ -222,17 +222,22 @@ def print_ranks(ranks: list[RankInfo]) -> None:
             f"; not in this sglang: {', '.join(first.hooks_skipped)} (`mcinspect hooks` says what that costs)"
             if first.hooks_skipped
             else ""
-        ),
+        )
+        + f"\n{layout_line(first, len(ranks))}",
         highlight=False,
     )
-    table = Table("tp", "dp", "pid", "ports", "step", "unobserved", "slots in use", "published", "dropped", "hook errors", "rejected")
+    table = Table(
+        "rank", "tp", "dp", "pid", "host", "ports", "step", "unobserved", "slots in use", "published", "dropped", "hook errors", "rejected"
+    )
     for rank in ranks:
         info, stats = rank.info, rank.stats
         counters = stats.counters
         table.add_row(
+            str(rank.rank.rank),
             str(info.tp_rank),
             str(info.dp_rank),
             str(info.pid),
+            rank.rank.target.host,
             f"{info.request_port}/{info.stream_port}",
             str(stats.step),
             str(counters.unobserved_steps),
@@ -245,7 +250,22 @@ def print_ranks(ranks: list[RankInfo]) -> None:
     stdout.print(table)
     for rank in ranks:
         if rank.info.verify != "off" or rank.stats.verify.verified or rank.stats.verify.working:
-            stdout.print(f"rank {rank.info.tp_rank}: {verification_counts(rank.stats.verify)}", highlight=False)
+            stdout.print(f"rank {rank.rank.rank}: {verification_counts(rank.stats.verify)}", highlight=False)
+
+
+def layout_line(first: EngineInfo, ranks: int) -> str:
+    """How the engine's ranks relate: which of them `tp-agree` compares."""
+    if ranks == 1:
+        return "1 rank"
+    if first.attn_dp_size > 1:
+        per_group = max(first.tp_size // first.attn_dp_size, 1)
+        compared = (
+            "tp-agree compares the ranks of each group"
+            if per_group > 1
+            else "no two ranks share their batches: tp-agree has nothing to compare"
+        )
+        return f"{ranks} ranks: tp {first.tp_size} in {first.attn_dp_size} attention DP groups of {per_group}, each scheduling its own requests ({compared})"
+    return f"{ranks} ranks (tp {first.tp_size}): each its own tree, slots and requests, which must agree (tp-agree); slot contents are each rank's shard"
 
 
 def verification_setting(info: EngineInfo) -> str:

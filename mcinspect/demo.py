@@ -15,7 +15,7 @@ from mcinspect_engine_hooks.cpu_engine.launcher import EmbeddedEngineConfig, Eng
 from mcinspect_engine_hooks.cpu_engine.workload import Workload
 
 from .client import EngineUnreachable, request
-from .inspect_commands import discover_ranks
+from .ranks import discover
 from .schema import SCHEMA_VERSION, EngineInfo, GetStats, Hello, Stats
 from .target import Target
 
@@ -89,7 +89,7 @@ def run_demo(
     engine, info = _start_engine_with_hooks(config, http_port)
     recording = contextlib.nullcontext()
     if record_path is not None and config.inspector_port is not None:
-        recording = _recording(Target("127.0.0.1", config.inspector_port), record_path, config.tp_size)
+        recording = _recording(Target("127.0.0.1", config.inspector_port), record_path)
     try:
         summary = DemoSummary(
             strategy=config.strategy,
@@ -107,7 +107,7 @@ def run_demo(
         with recording:
             _drive(engine, Workload(seed=config.seed, total_requests=requests), summary, on_wave_done)
         if config.inspector_port is not None:
-            summary.rank_ports = [rank.info.request_port for rank in discover_ranks(Target("127.0.0.1", config.inspector_port), "", 30)]
+            summary.rank_ports = [rank.info.request_port for rank in discover((Target("127.0.0.1", config.inspector_port),), "", 30)]
             at_end, summary.stats = _final_stats(Target("127.0.0.1", config.inspector_port), verifying=config.verify != "off")
             summary.workload_hook_seconds = at_end.hook_seconds if at_end is not None else 0.0
         after_workload(summary)
@@ -185,17 +185,18 @@ def _wait_until_observed(target: Target, timeout_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def _recording(target: Target, path: str, ranks: int) -> Iterator[None]:
+def _recording(target: Target, path: str) -> Iterator[None]:
     """Record the stream of every rank (rank_files.py) on threads while the block runs; the
     first frame is taken before the block starts, so the recording begins at the workload's
     first step."""
-    from .rank_files import PORT_STRIDE, record_ranks
+    from .recorder import record_ranks
 
     stop, started, failure = threading.Event(), threading.Event(), []
+    ranks = [rank.target for rank in discover((target,), "", 30)]
 
     def run() -> None:
         try:
-            record_ranks(target, path, ranks, stop=stop, on_frame=lambda result: started.set())
+            record_ranks(ranks, path, stop=stop, on_frame=lambda result: started.set())
         except Exception as exc:  # noqa: BLE001 - reported to the caller below
             failure.append(exc)
             started.set()
@@ -203,8 +204,8 @@ def _recording(target: Target, path: str, ranks: int) -> Iterator[None]:
     thread = threading.Thread(target=run, name="mcinspect-demo-recorder", daemon=True)
     thread.start()
     started.wait(timeout=30)
-    for rank in range(ranks):
-        _wait_until_observed(Target(target.host, target.port + PORT_STRIDE * rank))
+    for rank in ranks:
+        _wait_until_observed(rank)
     try:
         yield
     finally:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
-from .client import EngineRefused, EngineUnreachable, request
-from .schema import SCHEMA_VERSION, EngineInfo, GetSnapshot, GetStats, Hello, Snapshot, Stats
+from .client import EngineRefused, request
+from .ranks import Rank, discover, pick
+from .schema import SCHEMA_VERSION, EngineInfo, GetSnapshot, GetStats, Snapshot, Stats
 from .target import Target
-
-PORT_STRIDE = 2
-"""Scheduler process r listens on base + 2 * r (see engine_hooks/config.py)."""
-MAX_RANKS = 64
 
 
 def fetch_snapshot(target: Target, token: str, timeout_s: float) -> Snapshot:
@@ -47,28 +45,30 @@ def write_bytes(payload: bytes, output: str) -> None:
 
 @dataclass(frozen=True)
 class RankInfo:
-    info: EngineInfo
+    """A rank as `mcinspect info` shows it: where it is, what it said, its counters."""
+
+    rank: Rank
     stats: Stats
 
+    @property
+    def info(self) -> EngineInfo:
+        return self.rank.info
 
-def discover_ranks(target: Target, token: str, timeout_s: float) -> list[RankInfo]:
-    """The process at `target`, then base + 2, base + 4, ... until one does not answer."""
-    ranks = []
-    for rank in range(MAX_RANKS):
-        port = target.port + PORT_STRIDE * rank
-        if port > 65535:
-            break
-        here = Target(target.host, port)
-        try:
-            info = request(here, Hello(schema_version=SCHEMA_VERSION, token=token), timeout_s if rank == 0 else min(timeout_s, 0.5))
-        except EngineUnreachable:
-            if rank == 0:
-                raise
-            break
-        if isinstance(info, EngineInfo) and info.unsupported:
-            raise EngineRefused(f"{here.host}:{here.port}: {info.unsupported}")
-        stats = request(here, GetStats(schema_version=SCHEMA_VERSION, token=token), timeout_s)
-        if not isinstance(info, EngineInfo) or not isinstance(stats, Stats):
-            raise EngineRefused(f"{here.host}:{here.port} answered Hello/GetStats with {type(info).__name__}/{type(stats).__name__}")
-        ranks.append(RankInfo(info, stats))
-    return ranks
+
+def rank_infos(targets: Sequence[Target], token: str, timeout_s: float) -> list[RankInfo]:
+    """Every rank of the engine (ranks.discover) with its counters."""
+    found = []
+    for rank in discover(targets, token, timeout_s):
+        stats = request(rank.target, GetStats(schema_version=SCHEMA_VERSION, token=token), timeout_s)
+        if not isinstance(stats, Stats):
+            raise EngineRefused(f"{rank.label} answered GetStats with {type(stats).__name__}")
+        found.append(RankInfo(rank, stats))
+    return found
+
+
+def rank_target(targets: Sequence[Target], rank: int, token: str, timeout_s: float) -> Target:
+    """Where `--rank N` of a live engine listens: rank 0 of one host is the target itself;
+    otherwise the ranks are discovered (ranks.discover), so a rank that does not answer is named."""
+    if rank == 0 and len(targets) == 1:
+        return targets[0]
+    return pick(discover(targets, token, timeout_s), rank).target

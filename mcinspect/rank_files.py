@@ -1,17 +1,15 @@
-"""Recordings of a tensor-parallel engine: one file per rank, rank 0's at the path the user
-gave and rank r's next to it (`run.mcrec`, `run.rank1.mcrec`, ...), recorded side by side."""
+"""Recordings of an engine with several ranks: one file per rank, rank 0's at the path the user
+gave and rank r's next to it (`run.mcrec`, `run.rank1.mcrec`, ...)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
-from .recorder import RecordResult, record
-from .target import Target
+from .errors import McinspectError
 
-PORT_STRIDE = 2
-"""Rank r's hooks listen on PORT + 2 * r (engine_hooks/config.py)."""
+
+class RankChoiceError(McinspectError):
+    """--rank names a rank the engine or the recording does not have."""
 
 
 def rank_path(path: str, rank: int) -> str:
@@ -30,38 +28,15 @@ def rank_paths(path: str) -> list[str]:
     return paths
 
 
-def record_ranks(
-    target: Target,
-    path: str,
-    ranks: int,
-    *,
-    token: str = "",
-    steps: int | None = None,
-    stop: threading.Event | None = None,
-    on_frame: Callable[[RecordResult], None] = lambda result: None,
-) -> list[RecordResult]:
-    """Record ranks 0..ranks-1 of the engine whose rank 0 is `target`, each on its own thread,
-    until `steps`, `stop` or Ctrl-C; `on_frame` hears rank 0's frames. Raises the first error."""
-    stop = stop or threading.Event()
-    results: list[RecordResult | None] = [None] * ranks
-    failures: list[BaseException] = []
+def ranks_text(count: int) -> str:
+    """`rank 0 only`, `ranks 0-3`."""
+    return "rank 0 only" if count == 1 else f"ranks 0-{count - 1}"
 
-    def run(rank: int) -> None:
-        try:
-            where = Target(target.host, target.port + PORT_STRIDE * rank)
-            results[rank] = record(
-                where, rank_path(path, rank), token=token, steps=steps, stop=stop, on_frame=on_frame if rank == 0 else (lambda r: None)
-            )
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller below
-            failures.append(exc)
-            stop.set()
 
-    threads = [threading.Thread(target=run, args=(rank,), name=f"mcinspect-record-rank{rank}", daemon=True) for rank in range(1, ranks)]
-    for thread in threads:
-        thread.start()
-    run(0)
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
-    return [r for r in results if r is not None]
+def rank_file(path: str, rank: int) -> str:
+    """`--rank N` of a recording: rank N's file beside `path`."""
+    paths = rank_paths(path)
+    if not 0 <= rank < len(paths):
+        beside = f" (no {Path(rank_path(path, rank)).name} beside it)" if rank > 0 else ""
+        raise RankChoiceError(f"--rank {rank}: {path} holds {ranks_text(len(paths))}{beside}")
+    return paths[rank]

@@ -1,11 +1,13 @@
-"""`mcinspect record`: follow a live engine and append every frame to a recording."""
+"""`mcinspect record`: follow a live engine and append every frame to a recording (every rank's
+to its own file, rank_files.py)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .rank_files import rank_path
 from .recording import RecordingWriter
 from .schema import Delta, Snapshot
 from .session import FrameInfo, Session
@@ -60,3 +62,40 @@ def record(
         if writer is not None:
             writer.close()
     return result
+
+
+def record_ranks(
+    targets: Sequence[Target],
+    path: str,
+    *,
+    token: str = "",
+    steps: int | None = None,
+    stop: threading.Event | None = None,
+    on_frame: Callable[[RecordResult], None] = lambda result: None,
+) -> list[RecordResult]:
+    """Record every rank of an engine, rank r (at `targets[r]`) to `rank_path(path, r)`, each
+    on its own thread, until `steps`, `stop` or Ctrl-C; `on_frame` hears rank 0's frames.
+    Raises the first error (the others then stop too)."""
+    stop = stop or threading.Event()
+    results: list[RecordResult | None] = [None] * len(targets)
+    failures: list[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            heard = on_frame if rank == 0 else (lambda result: None)
+            results[rank] = record(targets[rank], rank_path(path, rank), token=token, steps=steps, stop=stop, on_frame=heard)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller below
+            failures.append(exc)
+            stop.set()
+
+    threads = [
+        threading.Thread(target=run, args=(rank,), name=f"mcinspect-record-rank{rank}", daemon=True) for rank in range(1, len(targets))
+    ]
+    for thread in threads:
+        thread.start()
+    run(0)
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return [r for r in results if r is not None]

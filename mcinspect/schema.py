@@ -426,6 +426,17 @@ class EngineInfo(_Message):
     unsupported: str = ""
     """Non-empty: this sglang release is not one mcinspect reads; why, in one line (nothing
     else is served)."""
+    rank: int = 0
+    """This scheduler process's rank among the engine's (engine_hooks/placement.py): its
+    inspector ports are PORT + 2 * rank."""
+    world_size: int = 0
+    """The engine's scheduler processes, ranks 0 to world_size - 1; 0: not known (an engine
+    or a recording from before this field)."""
+    tp_size: int = 1
+    pp_rank: int = 0
+    attn_dp_size: int = 1
+    """sglang's attention data parallelism: the TP group's attention groups, each scheduling its
+    own requests (`dp_rank` is then the group); ranks agree only within a group."""
 
 
 # --- requests (client -> engine) ----------------------------------------------------------

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import McinspectError
+from .rank_files import rank_file
 from .recording import MAGIC, RecordingReader
 from .schema import CacheState, EngineInfo, Step
 from .snapshot_file import load_snapshot
-from .target import Target, TargetError
+from .target import TargetError, parse_targets
 
 
 class SourceError(McinspectError):
@@ -31,26 +32,37 @@ def is_recording(path: str) -> bool:
 
 
 def load_state(
-    source: str, *, step: int | None = None, token: str = "", timeout_s: float = 10.0, on_warning: Callable[[str], None] | None = None
+    source: str,
+    *,
+    step: int | None = None,
+    token: str = "",
+    timeout_s: float = 10.0,
+    on_warning: Callable[[str], None] | None = None,
+    rank: int | None = None,
 ) -> LoadedState:
-    """The state SOURCE designates (a recording's last step unless `step`); raises the
-    loaders' own one-line errors (SnapshotFileError, RecordingError, EngineUnreachable, ...);
-    `on_warning` hears of a truncated recording."""
+    """The state SOURCE designates (a recording's last step unless `step`), of rank `rank` (a
+    recording's rank file beside it, or a live engine's rank; default 0); raises the loaders'
+    own one-line errors (SnapshotFileError, RecordingError, EngineUnreachable, RankChoiceError,
+    ...); `on_warning` hears of a truncated recording."""
     if os.path.exists(source):
         if is_recording(source):
-            reader = RecordingReader(source, on_warning=on_warning)
+            path = rank_file(source, rank or 0)
+            reader = RecordingReader(path, on_warning=on_warning)
             if step is None:
                 last = reader.last_state()
-                return LoadedState(last.state, reader.info, f"{source} at step {last.state.step}")
-            return LoadedState(reader.state_at(Step(step)), reader.info, f"{source} at step {step}")
+                return LoadedState(last.state, reader.info, f"{path} at step {last.state.step}")
+            return LoadedState(reader.state_at(Step(step)), reader.info, f"{path} at step {step}")
         if step is not None:
             raise SourceError(f"--step applies to recordings; {source} is a snapshot")
+        if rank:
+            raise SourceError(f"--rank applies to recordings and live engines; {source} is one rank's snapshot")
         return LoadedState(load_snapshot(source).state, None, source)
     try:
-        target = Target.parse(source)
+        targets = parse_targets(source)
     except TargetError:
         raise SourceError(f"{source!r} is not a file, nor PORT or HOST:PORT of a live engine") from None
-    from .inspect_commands import fetch_snapshot
+    from .inspect_commands import fetch_snapshot, rank_target
 
-    snapshot = fetch_snapshot(target, token, timeout_s)
-    return LoadedState(snapshot.state, None, f"{target.host}:{target.port}")
+    where = rank_target(targets, rank or 0, token, timeout_s)
+    snapshot = fetch_snapshot(where, token, timeout_s)
+    return LoadedState(snapshot.state, None, f"{where.host}:{where.port}" + (f" (rank {rank})" if rank else ""))

@@ -1,4 +1,5 @@
-"""Parse `PORT` / `HOST:PORT` command-line targets, and the ZMQ address of a host and port."""
+"""Parse `PORT` / `HOST:PORT` command-line targets (a comma-separated list for an engine on
+several hosts), and the ZMQ address of a host and port."""
 
 from __future__ import annotations
 
@@ -46,3 +47,11 @@ class Target:
     @property
     def address(self) -> str:
         return zmq_address(self.host, self.port)
+
+
+def parse_targets(text: str) -> tuple[Target, ...]:
+    """`7777`, `h1:7777,h2:7777`: one engine's hosts, the first the one of its rank 0 (duplicates dropped)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise TargetError(f"targets {text!r}: give PORT, HOST:PORT, or HOST:PORT,HOST:PORT,... without empty entries")
+    return tuple(dict.fromkeys(Target.parse(part) for part in parts))

@@ -5,7 +5,7 @@ tolerance (mcinspect.checks.recompute)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .checks.recompute import beyond, tolerances
@@ -35,6 +35,23 @@ def judge(verdict: NodeVerdict) -> Judged:
         return Judged(verdict, {}, None)
     equal = beyond(verdict.oracle, verdict.forward, verdict.conv_rel_l2, verdict.temporal_rel_l2) is None  # NaN is not equal
     return Judged(verdict, tolerances(verdict.oracle, verdict.forward), equal)
+
+
+def single_rank(targets: Sequence[Target], token: str, timeout_s: float) -> Target:
+    """Where to ask: the engine's one rank. With several, every rank must run the reference
+    forward at the same time (its collectives line up only then), which only the engine's own
+    automatic verification arranges."""
+    from .ranks import discover  # zmq: not for the replays that import this module
+
+    ranks = discover(targets, token, timeout_s)
+    if len(ranks) > 1:
+        first = ranks[0].info
+        raise VerifyError(
+            f"verifying on request needs an engine of one rank; this one has {len(ranks)} (tp {first.tp_size}), whose references "
+            "must run on every rank together: start it with MCINSPECT_VERIFY=engine (it then verifies every rank) and read T2 "
+            f"with `mcinspect check {targets[0].host}:{targets[0].port}` or `mcinspect info`"
+        )
+    return ranks[0].target
 
 
 def verify_nodes(

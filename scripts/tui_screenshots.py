@@ -7,7 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from mcinspect.tui import InspectorApp, ReplaySource, checks_checker, load_recording
+from mcinspect.tui import InspectorApp, ReplaySource, load_recording, real_checks
 
 SIZE = (160, 45)
 
@@ -32,7 +32,7 @@ def screens(step: int) -> list[tuple[str, list[str]]]:
 async def shoot(recording: str, out_dir: Path) -> None:
     for name, keys in screens(busiest_step(load_recording(recording))):
         source = load_recording(recording)
-        app = InspectorApp(source, checker=checks_checker(source.engine))
+        app = InspectorApp(source, checks=real_checks)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause(0.5)
             await app.workers.wait_for_complete()

@@ -7,13 +7,21 @@ hit count), the same owner of every mamba slot, the same requests with the same 
 legitimately differs: slot contents and fingerprints (each rank holds its heads' shard),
 `last_access` (each rank's clock), the ports and pids. A rank that diverges serves wrong states
 for its heads only: answers degrade while rank 0's view looks healthy.
+
+Which ranks run the same batches: those of one data-parallel replica and pipeline stage, and
+under attention data parallelism only those of one attention group (sglang's `dp_rank` is then
+the group). Each rank is compared with the first rank of its group (`reference_ranks`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 import msgspec
 
-from mcinspect.schema import CacheState, NodeId, Rid, SlotId, Step
+from mcinspect.schema import CacheState, EngineInfo, NodeId, Rid, SlotId, Step
 
 from .history import StepView
 from .violation import Violation
@@ -31,30 +39,52 @@ def across_ranks_only(view: StepView) -> list[Violation]:
     return []
 
 
-def disagreements(step: Step, reference: CacheState, other: CacheState, rank: int) -> list[Violation]:
-    """Where rank `rank`'s state differs from rank 0's at `step`, most telling first: requests
-    (with the slots each rank gave them), then slots, then nodes."""
-    found = [*_requests(step, reference, other, rank), *_slots(step, reference, other, rank), *_nodes(step, reference, other, rank)]
+def reference_ranks(infos: Sequence[EngineInfo | None]) -> list[int | None]:
+    """Per rank (in rank order), the rank it is compared with: the first of those that run the
+    same batches (same dp_rank and pp_rank); None for that first one. Ranks of unknown placement
+    (no EngineInfo) count as plain TP ranks of one group."""
+    first: dict[tuple[int, int], int] = {}
+    found: list[int | None] = []
+    for rank, info in enumerate(infos):
+        group = (info.dp_rank, info.pp_rank) if info is not None else (0, 0)
+        found.append(first.get(group))
+        first.setdefault(group, rank)
+    return found
+
+
+def disagreements(step: Step, reference: CacheState, other: CacheState, rank: int, reference_rank: int = 0) -> list[Violation]:
+    """Where rank `rank`'s state differs from rank `reference_rank`'s at `step`, most telling
+    first: requests (with the slots each rank gave them), then slots, then nodes."""
+    pair = _Pair(step, rank, reference_rank)
+    found = [*_requests(pair, reference, other), *_slots(pair, reference, other), *_nodes(pair, reference, other)]
     return found[:MAX_PER_STEP]
 
 
-def _requests(step: Step, reference: CacheState, other: CacheState, rank: int) -> list[Violation]:
+@dataclass(frozen=True)
+class _Pair:
+    """The two ranks compared, and the step."""
+
+    step: Step
+    rank: int
+    reference: int
+
+    def violation(self, reason: str, **touched: Any) -> Violation:
+        return Violation(check=TP_AGREE, step=self.step, reason=reason, **touched)
+
+
+def _requests(pair: _Pair, reference: CacheState, other: CacheState) -> list[Violation]:
     found = []
     for rid in sorted(reference.requests.keys() | other.requests.keys()):
         ours, theirs = reference.requests.get(rid), other.requests.get(rid)
         if ours == theirs:
             continue
         if ours is None or theirs is None:
-            found.append(
-                Violation(check=TP_AGREE, step=step, reason=f"request {rid} is held on {_only_on(theirs, rank)}", rids=(Rid(rid),))
-            )
+            found.append(pair.violation(f"request {rid} is held on {_only_on(theirs, pair)}", rids=(Rid(rid),)))
             continue
         slots = (ours.working_slot, *ours.ping_pong, theirs.working_slot, *theirs.ping_pong)
         found.append(
-            Violation(
-                check=TP_AGREE,
-                step=step,
-                reason=f"request {rid} differs on rank {rank}: {_differences(ours, theirs)}",
+            pair.violation(
+                f"request {rid} differs on rank {pair.rank}: {_differences(ours, theirs, pair)}",
                 rids=(Rid(rid),),
                 slots=tuple(dict.fromkeys(SlotId(s) for s in slots if s >= 0)),
             )
@@ -62,16 +92,15 @@ def _requests(step: Step, reference: CacheState, other: CacheState, rank: int) -
     return found
 
 
-def _slots(step: Step, reference: CacheState, other: CacheState, rank: int) -> list[Violation]:
+def _slots(pair: _Pair, reference: CacheState, other: CacheState) -> list[Violation]:
     found = []
     for slot in sorted(reference.slots.keys() | other.slots.keys()):
         ours, theirs = reference.slots.get(slot, []), other.slots.get(slot, [])
         if ours != theirs:
             found.append(
-                Violation(
-                    check=TP_AGREE,
-                    step=step,
-                    reason=f"rank {rank} disagrees with rank 0 on slot {slot}: {_claims(theirs)} there, {_claims(ours)} on rank 0",
+                pair.violation(
+                    f"rank {pair.rank} disagrees with rank {pair.reference} on slot {slot}: "
+                    f"{_claims(theirs)} there, {_claims(ours)} on rank {pair.reference}",
                     slots=(SlotId(slot),),
                     nodes=tuple(dict.fromkeys(NodeId(c.node) for c in [*ours, *theirs] if c.node >= 0)),
                     rids=tuple(dict.fromkeys(Rid(c.rid) for c in [*ours, *theirs] if c.rid)),
@@ -80,30 +109,26 @@ def _slots(step: Step, reference: CacheState, other: CacheState, rank: int) -> l
     return found
 
 
-def _nodes(step: Step, reference: CacheState, other: CacheState, rank: int) -> list[Violation]:
+def _nodes(pair: _Pair, reference: CacheState, other: CacheState) -> list[Violation]:
     found = []
     for node in sorted(reference.nodes.keys() | other.nodes.keys()):
         ours, theirs = reference.nodes.get(node), other.nodes.get(node)
         if ours is None or theirs is None:
-            found.append(
-                Violation(check=TP_AGREE, step=step, reason=f"node {node} exists on {_only_on(theirs, rank)}", nodes=(NodeId(node),))
-            )
-        elif detail := _differences(ours, theirs, ignored=RANK_LOCAL_NODE_FIELDS):
-            found.append(
-                Violation(check=TP_AGREE, step=step, reason=f"node {node} differs on rank {rank}: {detail}", nodes=(NodeId(node),))
-            )
+            found.append(pair.violation(f"node {node} exists on {_only_on(theirs, pair)}", nodes=(NodeId(node),)))
+        elif detail := _differences(ours, theirs, pair, ignored=RANK_LOCAL_NODE_FIELDS):
+            found.append(pair.violation(f"node {node} differs on rank {pair.rank}: {detail}", nodes=(NodeId(node),)))
     return found
 
 
-def _only_on(theirs: object | None, rank: int) -> str:
-    """Where a record that one rank lacks exists (`theirs`: rank `rank`'s, None if it lacks it)."""
-    return "rank 0 only" if theirs is None else f"rank {rank} only"
+def _only_on(theirs: object | None, pair: _Pair) -> str:
+    """Where a record that one rank lacks exists (`theirs`: rank `pair.rank`'s, None if it lacks it)."""
+    return f"rank {pair.reference} only" if theirs is None else f"rank {pair.rank} only"
 
 
-def _differences(ours: msgspec.Struct, theirs: msgspec.Struct, ignored: tuple[str, ...] = ()) -> str:
-    """The first fields (up to 3) in which rank r's record differs from rank 0's; "" if none."""
+def _differences(ours: msgspec.Struct, theirs: msgspec.Struct, pair: _Pair, ignored: tuple[str, ...] = ()) -> str:
+    """The first fields (up to 3) in which the rank's record differs from the reference's; "" if none."""
     fields = [f for f in ours.__struct_fields__ if f not in ignored and getattr(ours, f) != getattr(theirs, f)]
-    return ", ".join(f"{f} {getattr(theirs, f)!r} there, {getattr(ours, f)!r} on rank 0" for f in fields[:3])
+    return ", ".join(f"{f} {getattr(theirs, f)!r} there, {getattr(ours, f)!r} on rank {pair.reference}" for f in fields[:3])
 
 
 def _claims(claims: list) -> str:

@@ -5,6 +5,11 @@ Data flows one way. The source's thread (a Session reader, for a live engine) po
 thread runs the checks over new frames (`Ingestor`, `Findings`) and posts `FindingsAdvanced`. Selecting a frame
 (live, step back/forward, jump) rebuilds one `FrameView` and feeds the visible panels inside
 `batch_update`; hidden tabs catch up when shown.
+
+An engine of several ranks (`RankSources`: a TP engine's scheduler processes, or the rank files
+of its recording) is followed rank by rank, each with its own source and findings
+(`RankView`); the panels show one rank, `R` moves to the next at the same step, and the ranks
+tab compares them at the step on view (rank_summary.py, on a worker).
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ from .ingest import Ingestor
 from .messages import FindingsAdvanced, SourceChanged
 from .model import FrameView
 from .panels import LAYOUT_CSS, TAB_FOCUS, TABS, compose_layout
+from .rank_sources import RankSources
+from .rank_summary import RankInput, RanksSummary, rank_details, summarise
+from .rank_view import RankView, frame_at_step
+from .ranks_table import RanksTable
 from .requests_table import RequestsTable
 from .row_table import RowTable
 from .screens import HelpScreen, MainScreen, PromptScreen
@@ -49,6 +58,9 @@ from .tree_view import RadixTreeView
 from .violations import Checker, ViolationRow
 from .violations_table import ViolationsTable
 
+CheckerFactory = Callable[[DataSource], Checker | None]
+"""A Checker for one rank's source (checkers keep state per stream: one each)."""
+
 VERIFIER_POLL_S = 2.0
 """How often the header asks the engine for its T2 verifier's queue and counts."""
 LIVE_REFRESH_S = 0.1
@@ -56,7 +68,7 @@ LIVE_REFRESH_S = 0.1
 
 
 class InspectorApp(App[None]):
-    """Inspect the mamba prefix cache of one scheduler process.
+    """Inspect the mamba prefix cache of an engine's scheduler processes, one rank at a time.
 
     | Key | Action |
     | :- | :- |
@@ -69,8 +81,9 @@ class InspectorApp(App[None]):
     | n / N | Next / previous search match. |
     | v | Jump to the next violation. |
     | V | Verify the selected node now: the engine recomputes its state (T2). |
+    | R | Next rank, at the same step (an engine of several TP ranks). |
     | t | Focus the radix tree. |
-    | 1-5 | Slots, pages, requests, events, violations tab. |
+    | 1-6 | Slots, pages, requests, events, violations, ranks tab (ranks: several ranks side by side, tp-agree here). |
     | e | Export the state at this step as snapshot JSON. |
     | s | Save an SVG screenshot. |
     | r | Render the tree as SVG (mcinspect.render). |
@@ -95,6 +108,7 @@ class InspectorApp(App[None]):
         Binding("N", "next_match(-1)", "Prev match", show=False),
         Binding("v", "next_violation", "Next violation"),
         Binding("V", "verify_node", "Verify (T2)", show=False),
+        Binding("R", "next_rank", "Next rank"),  # in the footer only with several ranks (check_action)
         Binding("t", "focus_tree", "Tree", show=False),
         *(Binding(str(n), f"show_tab('{tab}')", tab.capitalize(), show=False) for n, tab in enumerate(TABS, 1)),
         Binding("e", "export_json", "Export JSON", show=False),
@@ -111,25 +125,31 @@ class InspectorApp(App[None]):
 
     def __init__(
         self,
-        source: DataSource,
+        source: DataSource | RankSources,
         *,
-        checker: Checker | None = None,
+        checks: CheckerFactory | None = None,
         clock: Callable[[], float] = time.time,
         export_dir: Path | None = None,
     ) -> None:
-        """`checker` runs over every frame (see `violations.checks_checker`); `clock` names exports."""
+        """`source`: one scheduler process's, or every rank's; `checks` gives each rank's source
+        the Checker run over its every frame (see `violations.real_checks`); `clock` names exports."""
         super().__init__()
         # No animations: the tab underline alone redraws for 0.3 s after every tab switch, CPU
         # that following a 100k-node cache needs.
         self.animation_level = "none"
-        self.source = source
-        self.findings = Findings(checker)
+        self.ranks = source if isinstance(source, RankSources) else RankSources([source])
+        self._checks = checks
+        self._rank_views: list[RankView] = []
+        self.rank = 0
+        """The rank on view (an index into the ranks' sources)."""
+        self._summary: RanksSummary | None = None
+        """The ranks tab's latest comparison."""
         self.clock = clock
         self.export_dir = export_dir or Path.cwd()
         self.view: FrameView | None = None
-        self._frames: list[FrameMeta] = []
+        self._painted = False
         self._notified = threading.Event()
-        self._ingestor = Ingestor(self, source, self.findings)
+        self._sync_ranks()
         self._last_refresh = 0.0
         self._refresh_timer_armed = False
         self._stale_tabs: set[str] = set(TABS)
@@ -145,6 +165,109 @@ class InspectorApp(App[None]):
         self._verifier: VerifyStats | None = None
         """The engine verifier's counts, polled every VERIFIER_POLL_S while attached."""
 
+    # --- ranks ------------------------------------------------------------------------------
+
+    @property
+    def source(self) -> DataSource:
+        """The source of the rank on view."""
+        return self._rank_views[self.rank].source
+
+    @property
+    def findings(self) -> Findings:
+        """The findings of the rank on view."""
+        return self._rank_views[self.rank].findings
+
+    @property
+    def _frames(self) -> list[FrameMeta]:
+        return self._rank_views[self.rank].frames
+
+    def _sync_ranks(self) -> bool:
+        """Take in the ranks' sources (a live engine's appear once discovered); whether they changed."""
+        sources = self.ranks.sources()
+        if [view.source for view in self._rank_views] == sources:
+            return False
+        known = {id(view.source): view for view in self._rank_views}
+        self._rank_views = [known.get(id(source)) or self._rank_view(source) for source in sources]
+        if self.rank >= len(self._rank_views):
+            self.rank = 0
+        self.view = None  # the placeholder's frame, if any, belongs to no rank
+        return True
+
+    def _rank_view(self, source: DataSource) -> RankView:
+        findings = Findings(self._checks(source) if self._checks is not None else None)
+        return RankView(source, findings, Ingestor(self, source, findings))
+
+    def _show_ranks_tab(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        if len(self._rank_views) > 1:
+            tabs.show_tab("ranks")
+        else:
+            tabs.hide_tab("ranks")
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`R` exists only with several ranks (then it is in the footer too)."""
+        if action == "next_rank":
+            return len(self._rank_views) > 1
+        return True
+
+    def switch_rank(self, rank: int) -> None:
+        """Show rank `rank` at the step on view (paused), or its newest frame (following)."""
+        if not 0 <= rank < len(self._rank_views) or rank == self.rank:
+            return
+        step = None if self.view is None else self.view.state.step
+        self.rank = rank
+        self.view = None  # the previous frame is another rank's: nothing to patch from
+        self._verdicts.clear()
+        self._verifier = None
+        self._stale_tabs = set(TABS)
+        if self.following or step is None:
+            if self._frames:
+                self._follow_latest()
+            else:
+                self._refresh_header()
+            return
+        found = frame_at_step(self._frames, step)
+        if found is None:
+            self._refresh_header()
+            return
+        frame, exact = found
+        self.show_frame(frame.index)
+        if not exact:
+            self.notify(f"rank {rank} has no frame at step {step}: showing step {frame.step}", severity="warning")
+
+    def action_next_rank(self) -> None:
+        self.switch_rank((self.rank + 1) % len(self._rank_views))
+
+    def on_ranks_table_switch_rank(self, message: RanksTable.SwitchRank) -> None:
+        self.switch_rank(message.rank)
+
+    @on(RowTable.RowHighlighted, "#rank-table")
+    def _rank_highlighted(self, event: RowTable.RowHighlighted) -> None:
+        if event.table.has_focus:
+            self.selection = Selection("rank", int(event.key))
+
+    def _summarise_ranks(self) -> None:
+        """Compare the ranks at the step on view, on a worker (a tree of 100k nodes per rank)."""
+        if self.view is None:
+            return
+        step = self.view.state.step
+        inputs = [RankInput(view.source, list(view.frames), view.findings) for view in self._rank_views]
+
+        def run() -> None:
+            summary = summarise(step, inputs)
+            self.call_from_thread(self._ranks_summarised, summary)
+
+        self.run_worker(run, thread=True, group="ranks", exclusive=True, exit_on_error=False)
+
+    def _ranks_summarised(self, summary: RanksSummary) -> None:
+        if self.view is None or summary.step != self.view.state.step:
+            return  # the view moved on meanwhile: its own comparison is on its way
+        self._summary = summary
+        self.query_one(RanksTable).show(summary)
+        if self.selection.kind == "rank":
+            self._refresh_detail()
+
     def get_default_screen(self) -> Screen:
         return MainScreen(id="_default")
 
@@ -153,13 +276,14 @@ class InspectorApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#detail-pane").border_title = "details"
+        self._show_ranks_tab()
         self._refresh_header()
-        self.source.start(self._notify)
-        if self.source.live:
+        self.ranks.start(self._notify)
+        if self.ranks.live:
             self.set_interval(VERIFIER_POLL_S, self._poll_verifier)
 
     def on_unmount(self) -> None:
-        self.source.close()
+        self.ranks.close()
         thaw()
 
     # --- data arriving (any thread -> messages) -----------------------------------------------
@@ -172,9 +296,12 @@ class InspectorApp(App[None]):
 
     def on_source_changed(self, _: SourceChanged) -> None:
         self._notified.clear()
-        self._frames = list(self.source.frames())
-        if self._frames:
-            self._ingestor.kick(self._frames[-1].index)
+        if self._sync_ranks():
+            self._show_ranks_tab()
+        for rank in self._rank_views:
+            rank.frames = list(rank.source.frames())
+            if rank.frames:
+                rank.ingestor.kick(rank.frames[-1].index)
         if self.following and self._frames:
             wait = self._last_refresh + LIVE_REFRESH_S - time.monotonic()
             if wait > 0:
@@ -202,7 +329,7 @@ class InspectorApp(App[None]):
             if here != self.view.violations:
                 self.show_frame(self.view.frame, state=self.view.state)
                 return
-        self._stale_tabs.add("violations")
+        self._stale_tabs.update(("violations", "ranks"))
         self._refresh_active_tab()
         self._refresh_header()
 
@@ -219,7 +346,7 @@ class InspectorApp(App[None]):
         except FrameGone:
             self.notify(f"frame {index} has left the history", severity="warning")
             return
-        first, previous = self.view is None, self.view
+        previous = self.view
         # The source's deltas help between neighbours (a live frame, one step either way);
         # other jumps find the changed nodes by a scan.
         changes = None
@@ -237,7 +364,8 @@ class InspectorApp(App[None]):
             self._refresh_marks()
             self._refresh_active_tab()
             self._refresh_detail()
-        if first:
+        if not self._painted:
+            self._painted = True
             self.call_after_refresh(self._after_first_paint)
 
     def _after_first_paint(self) -> None:
@@ -271,6 +399,8 @@ class InspectorApp(App[None]):
                 violations_here=0 if self.view is None else len(self.view.violations),
                 received_at=None if frame is None else frame.received_at,
                 verifier=self._verifier,
+                rank=self.rank,
+                ranks=len(self._rank_views),
             )
         )
         if self.view is None:
@@ -298,6 +428,8 @@ class InspectorApp(App[None]):
             self.query_one(EventLog).show(self._frames, view.frame)
         elif tab == "violations":
             self.query_one(ViolationsTable).show(self.findings.violations(), view.frame)
+        elif tab == "ranks":
+            self._summarise_ranks()
 
     def _page_marks(self) -> bytearray:
         assert self.view is not None
@@ -320,7 +452,10 @@ class InspectorApp(App[None]):
 
     def _refresh_detail(self) -> None:
         detail = self.query_one("#detail", Static)
-        text = detail_text(self.view, self.selection, self.findings, self._verdicts)
+        if self.selection.kind == "rank":
+            text = rank_details(self._summary, int(self.selection.value))
+        else:
+            text = detail_text(self.view, self.selection, self.findings, self._verdicts)
         if text != self._detail_shown:  # most live frames leave the selection as it was
             self._detail_shown = text
             # A layout pass restyles the whole screen: only a change of height needs one.
@@ -518,6 +653,9 @@ class InspectorApp(App[None]):
 
     def action_show_tab(self, tab: str) -> None:
         """Switch to `tab` and put the focus in it, so its keys work at once."""
+        if tab == "ranks" and len(self._rank_views) < 2:
+            self.notify("one rank: the ranks tab compares the ranks of a tensor-parallel engine")
+            return
         self.query_one(TabbedContent).active = tab
         self._refresh_active_tab()
         self.query_one(f"#{TAB_FOCUS[tab]}").focus()

@@ -24,7 +24,7 @@ _KEY = "bold grey70"
 class Selection:
     """What the detail pane describes."""
 
-    kind: Literal["none", "node", "slot", "request", "page"]
+    kind: Literal["none", "node", "slot", "request", "page", "rank"]
     value: int | str = -1
     full: bool = False
     """Include what costs a scan of the tree (a page's holders): asked for with enter."""

@@ -31,6 +31,9 @@ class HeaderState:
     received_at: float | None
     verifier: VerifyStats | None = None
     """The engine's T2 verifier counts (attached views only)."""
+    rank: int = 0
+    """The rank on view, of `ranks` (an engine of several ranks: R switches)."""
+    ranks: int = 1
 
 
 _STATUS_STYLES = {
@@ -41,9 +44,11 @@ _STATUS_STYLES = {
 }
 
 
-def engine_line(source: str, engine: EngineInfo | None) -> Text:
+def engine_line(source: str, engine: EngineInfo | None, rank: int = 0, ranks: int = 1) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(" mcinspect ", style="bold black on dodger_blue2")
+    if ranks > 1:
+        text.append(f" rank {rank} of {ranks} ", style="bold black on orchid")
     text.append(f" {source} ", style="bold")
     if engine is None:
         text.append(" engine: not known yet", style="grey62")
@@ -120,7 +125,7 @@ class StatusHeader(Static):
     """
 
     def show(self, state: HeaderState) -> None:
-        lines = [engine_line(state.source, state.engine), status_line(state)]
+        lines = [engine_line(state.source, state.engine, state.rank, state.ranks), status_line(state)]
         if state.health.last_error and state.health.status != "connected":
             lines.append(Text(" " + state.health.last_error, style="yellow", no_wrap=True, overflow="ellipsis"))
         text = Text("\n", no_wrap=True, overflow="ellipsis").join(lines)

@@ -12,19 +12,21 @@ from .header import StatusHeader
 from .key_footer import KeyFooter
 from .legend import Legend
 from .palette import page_legend, slot_legend
+from .ranks_table import RanksTable
 from .requests_table import RequestsTable
 from .sized_by_layout import Pane
 from .tree_view import RadixTreeView
 from .violations_table import ViolationsTable
 
-TABS = ("slots", "pages", "requests", "events", "violations")
-"""Tab ids, in the order of their number keys (1-5)."""
+TABS = ("slots", "pages", "requests", "events", "violations", "ranks")
+"""Tab ids, in the order of their number keys (1-6); `ranks` is shown only for several ranks."""
 TAB_FOCUS = {
     "slots": "slot-map",
     "pages": "page-map",
     "requests": "request-table",
     "events": "event-lines",
     "violations": "violation-table",
+    "ranks": "rank-table",
 }
 """The widget that takes the focus when a tab is shown."""
 
@@ -62,6 +64,8 @@ def compose_layout() -> ComposeResult:
                     yield EventLog(id="event-log")
                 with Pane("5 Violations", id="violations"):
                     yield ViolationsTable(id="violation-table")
+                with Pane("6 Ranks", id="ranks"):
+                    yield RanksTable(id="rank-table")
             with VerticalScroll(id="detail-pane"):
                 yield Static(id="detail")
     yield KeyFooter()

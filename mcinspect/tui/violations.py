@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..check_driver import CheckDriver
 from ..checks import CheckFailed, Violation
 from ..schema import CacheState, EngineInfo, NodeId, Rid, SlotId, Step
-from .source import FrameMeta
+from .source import DataSource, FrameMeta
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class ViolationRow:
 Checker = Callable[[CacheState | None, CacheState, FrameMeta], list[Violation]]
 """(state at the previous frame, or None at the start or after a hole; state at this frame;
 this frame) -> its violations. Called once per frame, in frame order."""
+
+
+def real_checks(source: DataSource) -> Checker:
+    """All of mcinspect.checks for one rank's source (the app's `checks`)."""
+    return checks_checker(source.engine)
 
 
 def checks_checker(engine: Callable[[], EngineInfo | None]) -> Checker:

@@ -167,7 +167,7 @@ async def main() -> None:
     _ = FrameView(0, states[0], []).tree_pages  # the timed build
     print(f"{'page index: build (worker, once)':<34} {(time.perf_counter() - began) * 1000:7.1f} ms")
     source = GrowingSource(states=states, changes=changes, name="bench")
-    app = InspectorApp(source, checker=None)
+    app = InspectorApp(source, checks=None)
 
     began = time.perf_counter()
     async with app.run_test(size=SIZE) as pilot:

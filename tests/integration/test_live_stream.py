@@ -119,7 +119,7 @@ def test_the_tui_attached_to_the_live_engine_shows_its_state(live: LiveDemo) -> 
     source = SessionSource(lambda on_frame: Session(live.target, on_frame=on_frame), name="live")
 
     async def attach() -> InspectorApp:
-        app = InspectorApp(source, checker=checks_checker(None))
+        app = InspectorApp(source, checks=lambda source: checks_checker(None))
         async with app.run_test(size=(160, 45)) as pilot:
             deadline = time.monotonic() + 60
             while (app.view is None or app.view.state.step < snapshot.state.step) and time.monotonic() < deadline:

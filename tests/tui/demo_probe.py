@@ -56,7 +56,7 @@ async def drive(app: InspectorApp) -> dict[str, Any]:
 
 def main(port: int) -> None:
     with run_demo_in_background(EmbeddedEngineConfig(inspector_port=port), REQUESTS):
-        seen = asyncio.run(drive(attach_app(Target("127.0.0.1", port), token="")))
+        seen = asyncio.run(drive(attach_app((Target("127.0.0.1", port),), token="")))
     print(json.dumps(seen), flush=True)
 
 

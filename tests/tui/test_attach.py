@@ -80,7 +80,7 @@ async def test_attach_follows_the_engine_and_survives_its_exit() -> None:
         lambda on_frame: Session(Target("127.0.0.1", engine.port), timeout_s=0.5, heartbeat_s=0.3, on_frame=on_frame),
         name=f"127.0.0.1:{engine.port}",
     )
-    app = InspectorApp(source, checker=claimed_twice)
+    app = InspectorApp(source, checks=lambda source: claimed_twice)
     try:
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot_until(pilot, lambda: app.view is not None)

@@ -89,7 +89,7 @@ async def test_a_failing_checker_is_reported_not_fatal() -> None:
     def broken(previous, state, frame):  # type: ignore[no-untyped-def]
         raise RuntimeError("boom")
 
-    app = InspectorApp(load("fault"), checker=broken)
+    app = InspectorApp(load("fault"), checks=lambda source: broken)
     async with app.run_test(size=SIZE) as pilot:
         await pilot_until(pilot, lambda: any("boom" in str(n.message) for n in app._notifications))
         await settle(pilot)
@@ -174,7 +174,7 @@ async def test_a_new_frame_repaints_what_a_full_repaint_would() -> None:
 
 async def slot_map_lines(frames: list[CacheState], steps: int) -> list[list[list[Segment]]]:
     """The slot map's lines at each of the last `steps` + 1 frames, reached one step at a time."""
-    app = InspectorApp(StaticSource(frames), checker=None)
+    app = InspectorApp(StaticSource(frames), checks=None)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press(*["left_square_bracket"] * steps)

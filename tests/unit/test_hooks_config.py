@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mcinspect_engine_hooks.config import ConfigError, HooksConfig
+from mcinspect_engine_hooks.placement import Placement
 
 
 def test_off_unless_port_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,14 +55,26 @@ def test_live_budget_is_a_share_of_time(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_every_rank_gets_its_own_port_pair() -> None:
     config = HooksConfig(base_port=7000)
-    ports = {
-        config.request_port(tp_rank=tp, tp_size=2, pp_rank=pp, pp_size=2, dp_rank=dp)
+    placements = [
+        Placement(tp_rank=tp, tp_size=2, pp_rank=pp, pp_size=2, dp_rank=dp, replicas=2)
         for tp in range(2)
         for pp in range(2)
         for dp in range(2)
-    }
-    assert ports == set(range(7000, 7016, 2))
-    assert config.request_port(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, dp_rank=0) == 7000
+    ]
+    assert {config.request_port(p.rank) for p in placements} == set(range(7000, 7016, 2))
+    assert {p.world_size for p in placements} == {8}
+    assert config.request_port(Placement().rank) == 7000 and Placement().world_size == 1
+
+
+def test_attention_data_parallel_groups_are_numbered_by_tp_rank() -> None:
+    """Under attention DP sglang hands each scheduler its attention group as dp_rank (tp 2,
+    attn-dp 2: tp0/dp0 and tp1/dp1): the ranks are still 0 and 1, no gap for discovery to stop at."""
+    groups = [Placement(tp_rank=tp, tp_size=2, dp_rank=tp, attn_dp_size=2) for tp in range(2)]
+    assert [p.rank for p in groups] == [0, 1] and {p.world_size for p in groups} == {2}
+    replicas = [
+        Placement(tp_rank=tp, tp_size=2, dp_rank=dp, replicas=2, attn_dp_size=2) for dp in range(4) for tp in range(2) if dp % 2 == tp
+    ]
+    assert sorted(p.rank for p in replicas) == [0, 1, 2, 3] and {p.world_size for p in replicas} == {4}
 
 
 def test_track_write_hooks_can_be_left_out() -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 from mcinspect.checks import Violation
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import CacheState, Step
-from mcinspect.tui import Checker, InspectorApp, ReplaySource, SourceHealth, checks_checker
+from mcinspect.tui import Checker, DataSource, InspectorApp, ReplaySource, SourceHealth
+from mcinspect.tui import real_checks as real_checks_for
 from mcinspect.tui.details import claim_text
 from mcinspect.tui.model import SlotOwner, slot_owner
 from mcinspect.tui.source import FrameMeta
@@ -51,12 +52,17 @@ def claimed_twice(previous: CacheState | None, state: CacheState, frame: FrameMe
     return found
 
 
+def stand_in_checks(source: DataSource) -> Checker:
+    """`claimed_twice` for every rank (it keeps no state)."""
+    return claimed_twice
+
+
 def make_app(name: str = "fault", *, real_checks: bool = False, export_dir: Path | None = None) -> InspectorApp:
     """A recording as `mcinspect replay` shows it, checked by `claimed_twice` or (`real_checks`)
     by mcinspect.checks."""
     source = load(name)
-    checker: Checker = checks_checker(source.engine) if real_checks else claimed_twice
-    return InspectorApp(source, checker=checker, clock=lambda: PINNED_NOW, export_dir=export_dir)
+    checks = real_checks_for if real_checks else stand_in_checks
+    return InspectorApp(source, checks=checks, clock=lambda: PINNED_NOW, export_dir=export_dir)
 
 
 class DisconnectedReplay(ReplaySource):
@@ -74,7 +80,7 @@ class DisconnectedReplay(ReplaySource):
 def make_disconnected_app() -> InspectorApp:
     """The fault recording as a live engine that has just gone away."""
     source = load("fault", DisconnectedReplay, label="127.0.0.1:7777")
-    return InspectorApp(source, checker=claimed_twice, clock=lambda: PINNED_NOW)
+    return InspectorApp(source, checks=stand_in_checks, clock=lambda: PINNED_NOW)
 
 
 if __name__ == "__main__":
