@@ -30,9 +30,11 @@ from textual.screen import Screen
 from textual.widgets import Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
+from ..checks.cross_rank import TP_AGREE
 from ..errors import McinspectError
 from ..schema import CacheState, NodeId, Rid, VerifyStats
 from ..verify_command import Judged
+from .agreement import AgreementIngestor
 from .cell_grid import CellGrid
 from .commands import palette_commands
 from .details import Selection, detail_text
@@ -150,6 +152,7 @@ class InspectorApp(App[None]):
         self._painted = False
         self._notified = threading.Event()
         self._sync_ranks()
+        self._agreement = AgreementIngestor(self, lambda: self._rank_views)
         self._last_refresh = 0.0
         self._refresh_timer_armed = False
         self._stale_tabs: set[str] = set(TABS)
@@ -247,6 +250,18 @@ class InspectorApp(App[None]):
         if event.table.has_focus:
             self.selection = Selection("rank", int(event.key))
 
+    def _differing_here(self) -> tuple[int, ...]:
+        """The ranks whose tp-agree findings name the step on view (from the findings: no comparing here)."""
+        if self.view is None or len(self._rank_views) < 2:
+            return ()
+        step = self.view.state.step
+        differing = []
+        for rank, view in enumerate(self._rank_views):
+            found = frame_at_step(view.frames, step)
+            if found is not None and found[1] and any(row.check == TP_AGREE for row in view.findings.violations_at(found[0].index)):
+                differing.append(rank)
+        return tuple(differing)
+
     def _summarise_ranks(self) -> None:
         """Compare the ranks at the step on view, on a worker (a tree of 100k nodes per rank)."""
         if self.view is None:
@@ -264,8 +279,10 @@ class InspectorApp(App[None]):
         if self.view is None or summary.step != self.view.state.step:
             return  # the view moved on meanwhile: its own comparison is on its way
         self._summary = summary
-        self.query_one(RanksTable).show(summary)
+        table = self.query_one(RanksTable)
+        table.show(summary)
         if self.selection.kind == "rank":
+            table.move_to_key(str(self.selection.value))
             self._refresh_detail()
 
     def get_default_screen(self) -> Screen:
@@ -302,6 +319,7 @@ class InspectorApp(App[None]):
             rank.frames = list(rank.source.frames())
             if rank.frames:
                 rank.ingestor.kick(rank.frames[-1].index)
+        self._agreement.kick()
         if self.following and self._frames:
             wait = self._last_refresh + LIVE_REFRESH_S - time.monotonic()
             if wait > 0:
@@ -320,7 +338,7 @@ class InspectorApp(App[None]):
             self.show_frame(self._frames[-1].index)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group == "ingest" and event.state is WorkerState.ERROR:
+        if event.worker.group in ("ingest", "agreement", "ranks") and event.state is WorkerState.ERROR:
             self.notify(f"checking frames failed: {event.worker.error!r}", severity="error", timeout=30)
 
     def on_findings_advanced(self, message: FindingsAdvanced) -> None:
@@ -329,6 +347,7 @@ class InspectorApp(App[None]):
             if here != self.view.violations:
                 self.show_frame(self.view.frame, state=self.view.state)
                 return
+        self._agreement.kick()
         self._stale_tabs.update(("violations", "ranks"))
         self._refresh_active_tab()
         self._refresh_header()
@@ -401,6 +420,7 @@ class InspectorApp(App[None]):
                 verifier=self._verifier,
                 rank=self.rank,
                 ranks=len(self._rank_views),
+                differing=self._differing_here(),
             )
         )
         if self.view is None:
@@ -602,7 +622,7 @@ class InspectorApp(App[None]):
             self.notify("no violations so far")
             return
         current = -1 if self.view is None else self.view.frame
-        later = [v for v in violations if v.frame > current]
+        later = [v for v in violations if v.frame > current]  # violations() is in frame order
         self.jump_to(later[0] if later else violations[0])
 
     def action_verify_node(self) -> None:
@@ -659,6 +679,8 @@ class InspectorApp(App[None]):
         self.query_one(TabbedContent).active = tab
         self._refresh_active_tab()
         self.query_one(f"#{TAB_FOCUS[tab]}").focus()
+        if tab == "ranks":  # the detail pane describes the rank on view until the cursor moves
+            self.selection = Selection("rank", self.rank)
 
     def action_export_json(self) -> None:
         position = self._frame_position()

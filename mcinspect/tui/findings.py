@@ -41,6 +41,7 @@ class Findings:
         self._previous: CacheState | None = None
         self._next_frame = -1
         self._violations: deque[ViolationRow] = deque(maxlen=MAX_VIOLATIONS)
+        self._in_order = True
         self._baseline: tuple[int, CacheState] | None = None
         """(frame, state) where slot history starts: every slot's claims there, without 10k
         history entries of their own."""
@@ -69,8 +70,18 @@ class Findings:
             self._next_frame = frame.index + 1
         return found
 
-    def violations(self) -> list[ViolationRow]:
+    def add(self, rows: list[ViolationRow]) -> None:
+        """Violations found across ranks (tp-agree) at frames already ingested."""
         with self._lock:
+            self._violations.extend(rows)
+            self._in_order = False
+
+    def violations(self) -> list[ViolationRow]:
+        """Every violation kept, in frame order."""
+        with self._lock:
+            if not self._in_order:  # `add` appended rows of earlier frames
+                self._violations = deque(sorted(self._violations, key=lambda row: row.frame), maxlen=MAX_VIOLATIONS)
+                self._in_order = True
             return list(self._violations)
 
     def violations_at(self, frame: int) -> list[ViolationRow]:

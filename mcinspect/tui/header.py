@@ -34,6 +34,8 @@ class HeaderState:
     rank: int = 0
     """The rank on view, of `ranks` (an engine of several ranks: R switches)."""
     ranks: int = 1
+    differing: tuple[int, ...] = ()
+    """Ranks that tp-agree found different from their reference rank at this step."""
 
 
 _STATUS_STYLES = {
@@ -94,6 +96,12 @@ def status_line(state: HeaderState) -> Text:
         text.append(f" ⚠ {state.violations} violation{plural} ({state.violations_here} here) ", style="bold bright_white on red")
     else:
         text.append(" ✓ no violations ", style="green")
+    if state.differing:
+        ranks = ", ".join(map(str, state.differing))
+        text.append(
+            f"  ✗ rank{'s' if len(state.differing) > 1 else ''} {ranks} differ{'' if len(state.differing) > 1 else 's'} here (6: ranks) ",
+            style="bold bright_white on dark_orange3",
+        )
     if health.hook_errors:
         text.append(f"  hook errors {health.hook_errors}", style="bold red")
     text.append(f"  drops {health.dropped} gaps {health.gaps} resyncs {health.resyncs}", style="grey70")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from ..checks import Violation
-from ..checks.cross_rank import disagreements, reference_ranks
+from ..checks.cross_rank import MAX_PER_STEP, disagreements, reference_ranks
 from ..schema import CacheState, Counters, EngineInfo
 from .findings import Findings
 from .model import SlotOwner, slot_owner
@@ -52,6 +52,9 @@ class RankRow:
     """The rank this one is compared with; None: it is a reference itself."""
     differences: tuple[Violation, ...] = ()
     verdict: str = ""
+    """`reference`, `agrees`, `DIFFERS`, `not compared`."""
+    note: str = ""
+    """The verdict's reason: the first difference, whom a reference is compared with, ..."""
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,13 @@ def summarise(step: int | None, ranks: Sequence[RankInput]) -> RanksSummary:
         reference = references[index]
         differences: tuple[Violation, ...] = ()
         if reference is None:
-            verdict = _reference_verdict(index, references)
+            verdict, note = "reference", _reference_note(index, references)
         elif state is None or states[reference] is None:
-            verdict = f"not compared: {'this rank' if state is None else f'rank {reference}'} has no frame at step {step}"
+            verdict, note = "not compared", f"{'this rank' if state is None else f'rank {reference}'} has no frame at step {step}"
         else:
             differences = tuple(disagreements(state.step, states[reference][1], state, index, reference))  # type: ignore[index]
-            verdict = f"agrees with rank {reference}" if not differences else differences[0].reason
+            verdict = f"DIFFERS ({len(differences)}{'+' if len(differences) >= MAX_PER_STEP else ''})" if differences else "agrees"
+            note = differences[0].reason if differences else f"same nodes, slot owners and requests as rank {reference}"
         rows.append(
             RankRow(
                 rank=index,
@@ -98,6 +102,7 @@ def summarise(step: int | None, ranks: Sequence[RankInput]) -> RanksSummary:
                 reference=reference,
                 differences=differences,
                 verdict=verdict,
+                note=note,
             )
         )
     return RanksSummary(step, tuple(rows))
@@ -116,14 +121,14 @@ def _state_at(rank: RankInput, step: int | None) -> tuple[FrameMeta, CacheState]
         return None
 
 
-def _reference_verdict(rank: int, references: Sequence[int | None]) -> str:
+def _reference_note(rank: int, references: Sequence[int | None]) -> str:
     compared = [other for other, reference in enumerate(references) if reference == rank]
     if not compared:
-        return "reference: no other rank runs its batches"
-    return "reference of " + ", ".join(f"rank {other}" for other in compared)
+        return "no other rank runs its batches (attention DP: each group schedules its own)"
+    return "the ranks compared with it: " + ", ".join(str(other) for other in compared)
 
 
-COLUMNS = ("rank", "tp/dp", "source", "step", "nodes", "slots in use", "requests", "drops", "hook errors", "violations", "tp-agree here")
+COLUMNS = ("rank", "tp/dp", "step", "tp-agree", "violations", "nodes", "slots in use", "requests", "drops", "hook errors", "why")
 
 
 def row_cells(row: RankRow) -> Cells:
@@ -133,15 +138,15 @@ def row_cells(row: RankRow) -> Cells:
     return (
         str(row.rank),
         placement,
-        row.name,
         str(row.step) if seen else "-",
+        row.verdict,
+        str(row.violations),
         str(row.nodes) if seen else "-",
         f"{row.slots_in_use}/{row.slots}" if seen else "-",
         str(row.requests) if seen else "-",
         str(row.counters.dropped),
         str(row.counters.hook_errors),
-        str(row.violations),
-        f"DIFFERS: {row.verdict}" if row.differences else row.verdict,
+        row.note,
     )
 
 
@@ -156,8 +161,8 @@ def rank_details(summary: RanksSummary | None, rank: int) -> Text:
     if row.engine is not None:
         text.append(f"tp {row.engine.tp_rank} of {row.engine.tp_size}, dp {row.engine.dp_rank}, pid {row.engine.pid}  ", style="grey70")
     text.append(f"{row.health.status}\n")
-    text.append(f"step {summary.step}: {row.verdict}\n", style="bold red" if row.differences else "")
+    text.append(f"step {summary.step}: {row.verdict}: {row.note}\n", style="bold red" if row.differences else "")
     for violation in row.differences[1:]:
         text.append(f"  {violation.reason}\n", style="red")
-    text.append("enter: show this rank at the same step; R cycles through the ranks; `mcinspect check` lists every step's", style="grey62")
+    text.append("enter: show this rank at the same step (R: the next rank); its violations tab lists every step's tp-agree", style="grey62")
     return text

@@ -21,11 +21,15 @@ def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., N
     return run
 
 
-async def settle(pilot: Pilot) -> None:
-    """Wait until the ingest worker has checked every frame and the screen caught up."""
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
+async def settle(pilot: Pilot, rounds: int = 50) -> None:
+    """Wait until the workers have checked every frame (each rank's, then tp-agree across ranks,
+    whose findings start more work) and the screen caught up."""
+    for _ in range(rounds):
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        if all(worker.is_finished for worker in pilot.app.workers):
+            return
 
 
 async def pilot_until(pilot: Pilot, condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

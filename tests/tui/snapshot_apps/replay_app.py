@@ -1,7 +1,9 @@
 """The inspector replaying a committed recording of the real CPU engine, clock pinned.
 
-tests/tui/recordings/ holds `clean.mcrec` and `fault.mcrec` (double-owner fault), written by
-scripts/make-tui-recordings.sh. Look at one: `python tests/tui/snapshot_apps/replay_app.py fault`.
+tests/tui/recordings/ holds `clean.mcrec` and `fault.mcrec` (double-owner fault), and two ranks of
+`demo --tp 2`: `tp2.mcrec` with `tp2.rank1.mcrec`, and the same with the tp-desync fault
+(`tp2-desync`), written by scripts/make-tui-recordings.sh. Look at one:
+`python tests/tui/snapshot_apps/replay_app.py tp2-desync`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 from mcinspect.checks import Violation
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import CacheState, Step
-from mcinspect.tui import Checker, DataSource, InspectorApp, ReplaySource, SourceHealth
+from mcinspect.tui import Checker, DataSource, InspectorApp, RankSources, ReplaySource, SourceHealth, load_recordings
 from mcinspect.tui import real_checks as real_checks_for
 from mcinspect.tui.details import claim_text
 from mcinspect.tui.model import SlotOwner, slot_owner
@@ -65,6 +67,16 @@ def make_app(name: str = "fault", *, real_checks: bool = False, export_dir: Path
     return InspectorApp(source, checks=checks, clock=lambda: PINNED_NOW, export_dir=export_dir)
 
 
+def load_ranks(name: str) -> RankSources:
+    """A committed recording with its other ranks' files, as `mcinspect replay` opens it."""
+    return RankSources(load_recordings(str(RECORDINGS / f"{name}.mcrec")))
+
+
+def make_ranks_app(name: str = "tp2-desync") -> InspectorApp:
+    """Every rank of a two-rank recording, checked by `claimed_twice` (tp-agree across ranks is the app's own)."""
+    return InspectorApp(load_ranks(name), checks=stand_in_checks, clock=lambda: PINNED_NOW)
+
+
 class DisconnectedReplay(ReplaySource):
     """A live source whose engine went away after these frames (history kept)."""
 
@@ -84,4 +96,5 @@ def make_disconnected_app() -> InspectorApp:
 
 
 if __name__ == "__main__":
-    make_app(sys.argv[1] if len(sys.argv) > 1 else "fault", real_checks=True).run()
+    name = sys.argv[1] if len(sys.argv) > 1 else "fault"
+    InspectorApp(load_ranks(name), checks=real_checks_for, clock=lambda: PINNED_NOW).run()

@@ -1,0 +1,102 @@
+"""Check `tp-agree` between the ranks the inspector follows, on a worker thread: each step that a
+rank and its reference rank (checks/cross_rank.py) both hold a frame of is compared once both
+frames were checked on their own, and the disagreements join the compared rank's findings at
+its frame, where the violations tab, `v` and the header count them.
+
+States are read back from the sources when compared (nothing is kept here), so a rank whose
+checks run ahead of the other's only waits. A step the reference rank never captured (a
+sampled live stream captures each rank at its own moments) is passed over once the reference
+has gone beyond it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from textual.app import App
+
+from ..checks.cross_rank import disagreements, reference_ranks
+from .messages import FindingsAdvanced
+from .rank_view import RankView
+from .source import FrameGone
+from .violations import ViolationRow
+
+
+class AgreementIngestor:
+    """One worker at a time compares whatever became comparable (`kick` from the UI thread)."""
+
+    def __init__(self, app: App[None], views: Callable[[], Sequence[RankView]]) -> None:
+        self._app = app
+        self._views = views
+        self._next: dict[int, int] = {}
+        """Per compared rank, the index of its first frame not compared or passed over yet."""
+        self._lock = threading.Lock()
+        self._running = False
+        self._again = False
+        """A kick arrived while the worker ran: it takes one more pass."""
+
+    def kick(self) -> None:
+        """Compare what became comparable (call from the UI thread after new frames were checked)."""
+        with self._lock:
+            if len(self._views()) < 2:
+                return
+            if self._running:
+                self._again = True
+                return
+            self._running = True
+        self._app.run_worker(self._run, thread=True, group="agreement", exit_on_error=False)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    self._again = False
+                found = self._compare_what_is_ready()
+                if found:
+                    self._app.post_message(FindingsAdvanced(found))
+                with self._lock:
+                    if not self._again:
+                        self._running = False
+                        return
+        except BaseException:
+            with self._lock:
+                self._running = False
+            raise
+
+    def _compare_what_is_ready(self) -> int:
+        """One pass over the ranks: the number of disagreements found (0: nothing new to do)."""
+        views = list(self._views())
+        references = reference_ranks([view.source.engine() for view in views])
+        found = 0
+        for rank, reference in enumerate(references):
+            if reference is not None:
+                found += self._compare(rank, views[rank], reference, views[reference])
+        return found
+
+    def _compare(self, rank: int, view: RankView, reference: int, theirs: RankView) -> int:
+        checked = [frame for frame in view.source.frames() if frame.index < view.findings.next_frame]
+        their_checked = [frame for frame in theirs.source.frames() if frame.index < theirs.findings.next_frame]
+        if not checked or not their_checked:
+            return 0
+        their_frames = {frame.step: frame for frame in their_checked}
+        their_newest = their_checked[-1].step
+        start = self._next.get(rank, checked[0].index)
+        found = 0
+        for frame in checked:
+            if frame.index < start:
+                continue
+            theirs_here = their_frames.get(frame.step)
+            if theirs_here is None and frame.step >= their_newest:
+                break  # the reference may still bring this step
+            self._next[rank] = frame.index + 1
+            if theirs_here is None:
+                continue  # the reference has no frame of this step
+            try:
+                ours, reference_state = view.source.state_at(frame.index), theirs.source.state_at(theirs_here.index)
+            except FrameGone:
+                continue
+            rows = [ViolationRow(frame.index, v) for v in disagreements(ours.step, reference_state, ours, rank, reference)]
+            view.findings.add(rows)
+            found += len(rows)
+        return found

@@ -1,0 +1,48 @@
+"""A recording served through the engine side's real transport (engine_hooks' RequestServer and
+Publisher): what the attach tests connect to instead of an engine."""
+
+from __future__ import annotations
+
+import msgspec
+from snapshot_apps.replay_app import RECORDINGS
+
+from mcinspect.recording import RecordingReader
+from mcinspect.schema import SCHEMA_VERSION, Delta, Snapshot, Stats
+from mcinspect_engine_hooks.publisher import Publisher
+from mcinspect_engine_hooks.server import RequestServer
+
+
+class RecordedEngine:
+    """A recording served through the engine side's real transport (engine_hooks' RequestServer
+    and Publisher): its first frame as the snapshot, its deltas published on demand."""
+
+    def __init__(self, name: str, port: int = 0) -> None:
+        """`port`: its request port (the stream on the next one), else any free one."""
+        reader = RecordingReader(RECORDINGS / f"{name}.mcrec")
+        first, *self.deltas = list(reader)
+        assert isinstance(first, Snapshot) and all(isinstance(d, Delta) for d in self.deltas)
+        self.snapshot = first
+        self.publisher = Publisher("127.0.0.1", port + 1 if port else 0)
+        assert reader.info is not None
+        info = msgspec.structs.replace(reader.info, request_port=port, stream_port=self.publisher.port)
+        self.server = RequestServer(
+            "127.0.0.1", port, token="", info=info, snapshot=lambda: first, history=self.publisher.history_after, stats=self._stats
+        )
+        self.port = self.server.port
+        self.publisher.start()
+        self.server.start()
+
+    def _stats(self) -> Stats:
+        return Stats(
+            schema_version=SCHEMA_VERSION, step=self.snapshot.state.step, mamba_pool_size=len(self.snapshot.state.slots),
+            mamba_slots_in_use=0, mamba_slots_peak=0, evicted_mamba_slots=0, evicted_tokens=0, hook_errors=0,
+            slots_per_request={}, example_layouts=[],
+        )  # fmt: skip
+
+    def publish_rest(self) -> None:
+        for delta in self.deltas:
+            self.publisher.publish(delta)
+
+    def stop(self) -> None:
+        self.server.close()
+        self.publisher.close()
