@@ -8,11 +8,13 @@ from pathlib import Path
 import msgspec
 
 from mcinspect.check_runner import check_file
+from mcinspect.checks.cross_rank import reference_ranks
+from mcinspect.rank_agreement import RankAgreement
 from mcinspect.rank_files import rank_path, rank_paths
 from mcinspect.recording import RecordingWriter
 from mcinspect.schema import SCHEMA_VERSION, CacheState, Counters, Delta, KvState, NodeId, Seq, SlotClaim, SlotId, Snapshot, Step
 
-from factory import node
+from factory import engine_info, free_slots, node, state
 
 
 def _snapshot() -> Snapshot:
@@ -71,3 +73,28 @@ def test_a_rank_that_keeps_a_state_in_another_slot_is_named_at_the_step(tmp_path
     node_two = [v for v in found if v.nodes == (NodeId(2),) and not v.slots]
     assert node_two and "mamba_slot 3 there, 2 on rank 0" in node_two[0].reason
     assert list(check_file(path, ["slot-partition"])) == []  # each rank alone is consistent
+
+
+def test_a_stream_far_ahead_of_the_other_is_still_compared_at_every_step() -> None:
+    """Live ranks in a burst (one session drained before the other): each rank's states arrive
+    in step order, however far apart, and every common step is compared once."""
+    steps = range(1, 101)
+    ours = [state(s, slots=free_slots(1, 2)) for s in steps]
+    theirs = [state(s, slots=free_slots(1, 2) if s < 40 else free_slots(1)) for s in steps]
+    agreement = RankAgreement([None, None])
+    found = [v for s in ours for v in agreement.add(0, s)] + [v for s in theirs for v in agreement.add(1, s)]
+    assert sorted({v.step for v in found}) == list(range(40, 101))
+    again = RankAgreement([None, None])
+    found = [v for s in theirs for v in again.add(1, s)] + [v for s in ours for v in again.add(0, s)]
+    assert sorted({v.step for v in found}) == list(range(40, 101))
+
+
+def test_attention_data_parallel_groups_are_not_compared_with_each_other() -> None:
+    """tp 2 with attn-dp 2: each rank schedules its own requests; tp 4 with attn-dp 2: ranks
+    0 and 1 form one group, 2 and 3 the other."""
+    two = [msgspec.structs.replace(engine_info(), tp_rank=r, dp_rank=r, attn_dp_size=2, tp_size=2) for r in range(2)]
+    assert reference_ranks(two) == [None, None]
+    four = [msgspec.structs.replace(engine_info(), tp_rank=r, dp_rank=r // 2, attn_dp_size=2, tp_size=4) for r in range(4)]
+    assert reference_ranks(four) == [None, 0, None, 2]
+    agreement = RankAgreement(two)
+    assert agreement.add(0, state(5, slots=free_slots(1))) == [] and agreement.add(1, state(5, slots=free_slots(2))) == []

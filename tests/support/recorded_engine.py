@@ -3,30 +3,34 @@ Publisher): what the attach tests connect to instead of an engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
-from snapshot_apps.replay_app import RECORDINGS
 
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import SCHEMA_VERSION, Delta, Snapshot, Stats
 from mcinspect_engine_hooks.publisher import Publisher
 from mcinspect_engine_hooks.server import RequestServer
 
+RECORDINGS = Path(__file__).parent.parent / "tui" / "recordings"
+"""The committed recordings of the embedded engine (scripts/make-tui-recordings.sh)."""
+
 
 class RecordedEngine:
     """A recording served through the engine side's real transport (engine_hooks' RequestServer
     and Publisher): its first frame as the snapshot, its deltas published on demand."""
 
-    def __init__(self, name: str, port: int = 0) -> None:
-        """`port`: its request port (the stream on the next one), else any free one."""
+    def __init__(self, name: str, port: int = 0, host: str = "127.0.0.1") -> None:
+        """`port`: its request port on `host` (the stream on the next one), else any free one."""
         reader = RecordingReader(RECORDINGS / f"{name}.mcrec")
         first, *self.deltas = list(reader)
         assert isinstance(first, Snapshot) and all(isinstance(d, Delta) for d in self.deltas)
         self.snapshot = first
-        self.publisher = Publisher("127.0.0.1", port + 1 if port else 0)
+        self.publisher = Publisher(host, port + 1 if port else 0)
         assert reader.info is not None
         info = msgspec.structs.replace(reader.info, request_port=port, stream_port=self.publisher.port)
         self.server = RequestServer(
-            "127.0.0.1", port, token="", info=info, snapshot=lambda: first, history=self.publisher.history_after, stats=self._stats
+            host, port, token="", info=info, snapshot=lambda: first, history=self.publisher.history_after, stats=self._stats
         )
         self.port = self.server.port
         self.publisher.start()
