@@ -20,6 +20,7 @@ budget allows (live_cadence.py). MCINSPECT_CAPTURE=every-step captures every ste
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import threading
@@ -79,6 +80,13 @@ class Inspector:
     ) -> None:
         placement = Placement.of_scheduler(scheduler)
         self.port = config.request_port(placement.rank)
+        if placement.attn_dp_size > 1 and config.verify != "off":
+            # Every rank must run the reference forward together (its collectives), on the same
+            # state; attention DP's groups each hold their own requests and tree: one would wait.
+            logger.warning(
+                "mcinspect: T2 verification is off under attention DP (--attn-dp-size): its groups cannot run one reference together"
+            )
+            config = dataclasses.replace(config, verify="off")
         self.errors = errors
         self.sink = sink
         self._lock = threading.Lock()

@@ -185,11 +185,12 @@ def demo(
     ] = TreeCore.python,
     fault: Annotated[Optional[str], typer.Option(help="Reproduce an upstream bug class in the engine (see `mcinspect faults`).")] = None,
     verify: Annotated[
-        Verify,
+        Optional[Verify],
         typer.Option(
-            help="Check T2: compare each cached state (and sampled running requests' working states) with its prefix recomputed alone, by the engine's own forward pass, by transformers' implementation of the tiny model, or both."
+            help="Check T2: compare each cached state (and sampled running requests' working states) with its prefix recomputed alone, by the engine's own forward pass, by transformers' implementation of the tiny model, or both. Default engine (off with --attn-dp).",
+            show_default=False,
         ),
-    ] = Verify.engine,
+    ] = None,
     record: Annotated[
         Optional[str], typer.Option(help="Record the stream of the workload to this file (replay, check, render, diff it later).")
     ] = None,
@@ -208,6 +209,14 @@ def demo(
             "--tp",
             min=1,
             help="Tensor-parallel ranks (sglang's --tp-size): one scheduler, tree and pair of inspector ports (PORT + 2 * rank) per rank; `--record` records every rank and `mcinspect check` compares them.",
+        ),
+    ] = 1,
+    attn_dp: Annotated[
+        int,
+        typer.Option(
+            "--attn-dp",
+            min=1,
+            help="Attention data parallelism (sglang's --attn-dp-size, must divide --tp): the ranks form this many groups, each scheduling its own requests with its own tree; tp-agree compares the ranks of a group only. T2 verification is off.",
         ),
     ] = 1,
     http_port: Annotated[
@@ -260,9 +269,10 @@ def demo(
         tree_core=tree_core.value,
         self_check=self_check,
         fault=fault,
-        verify=verify.value,
+        verify=verify.value if verify is not None else ("off" if attn_dp > 1 else "engine"),
         mixed_chunk=mixed_chunk,
         tp_size=tp,
+        attn_dp_size=attn_dp,
     )
     if not headless:
         if every_step is None:  # a fault is caught at its step: every step; else the live stream

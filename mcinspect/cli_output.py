@@ -196,9 +196,11 @@ def print_summary(summary: DemoSummary) -> None:
     table.add_row("engine start", f"{summary.engine_start_s:.1f} s")
     if summary.tp_size > 1 and summary.engine is not None:
         port = summary.engine.request_port
-        ports = ", ".join(str(port + 2 * rank) for rank in range(summary.tp_size))
+        ports = ", ".join(str(p) for p in summary.rank_ports)
+        groups = f" in {summary.engine.attn_dp_size} attention DP groups" if summary.engine.attn_dp_size > 1 else ""
         table.add_row(
-            "TP ranks", f"{summary.tp_size}, inspector ports {ports} (`mcinspect info {port}` lists them); figures above are rank 0's"
+            "TP ranks",
+            f"{summary.tp_size}{groups}, inspector ports {ports} (`mcinspect info {port}` lists them); figures above are rank 0's",
         )
     if summary.http_url:
         table.add_row("served by", f"sglang's HTTP server at {summary.http_url} (python -m sglang.launch_server)")

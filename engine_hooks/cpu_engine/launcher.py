@@ -77,6 +77,9 @@ class EmbeddedEngineConfig:
     tp_size: int = 1
     """Tensor-parallel ranks: one scheduler process each, with its own tree, pools and inspector
     ports (PORT + 2 * rank); each rank's threads on its own CPU cores (SGLANG_CPU_OMP_THREADS_BIND)."""
+    attn_dp_size: int = 1
+    """sglang's --attn-dp-size: the TP ranks form this many attention groups, each scheduling its
+    own requests with its own tree (the FFN stays tensor parallel)."""
 
     @property
     def effective_overlap(self) -> bool:
@@ -96,6 +99,15 @@ def validate(config: EmbeddedEngineConfig) -> None:
     cores = len(os.sched_getaffinity(0))
     if not 1 <= config.tp_size <= cores:
         raise EngineStartError(f"--tp {config.tp_size}: the CPU engine gives each rank at least one core, and this process may use {cores}")
+    if config.attn_dp_size < 1 or config.tp_size % config.attn_dp_size:
+        raise EngineStartError(
+            f"--attn-dp {config.attn_dp_size} must divide --tp {config.tp_size} (each attention group is tp / attn-dp ranks)"
+        )
+    if config.attn_dp_size > 1 and config.verify != "off":
+        raise EngineStartError(
+            "T2 verification runs one reference forward on every rank together, which attention DP's groups (each with its "
+            "own requests) cannot; add --verify off"
+        )
     if config.strategy == "extra_buffer_lazy" and not config.overlap:
         raise EngineStartError("extra_buffer_lazy needs overlap scheduling (sglang refuses it otherwise); drop --no-overlap")
     if config.fault is not None:
@@ -168,6 +180,7 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
         disable_cuda_graph=True,
         enable_mixed_chunk=config.mixed_chunk,
         tp_size=config.tp_size,
+        **({"attn_dp_size": config.attn_dp_size} if config.attn_dp_size > 1 else {}),  # 0.5.22 lacks the argument
         log_level=config.log_level,
         # sglang's default handler SIGKILLs this whole process tree when a child fails;
         # raising instead lets the caller clean up and report in one line.

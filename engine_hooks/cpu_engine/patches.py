@@ -34,12 +34,19 @@ SGLANG_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 
 
 def _post_import_definitions() -> dict[str, dict[str, Any]]:
-    """Module -> {attribute: value} for names the module binds only on accelerators."""
+    """Module -> {attribute or Class.attribute: value} for names the module binds only on accelerators."""
     from mcinspect_kernels.cpu_ops import ACCELERATOR_ONLY_NAMES
 
     # Reason: mamba.py (Mamba2, NemotronH) imports its causal conv kernels only under
     # is_cuda() / is_npu() / is_xpu(), yet calls them on every device.
-    return {module: dict(attrs) for module, attrs in ACCELERATOR_ONLY_NAMES.items()}
+    definitions: dict[str, dict[str, Any]] = {module: dict(attrs) for module, attrs in ACCELERATOR_ONLY_NAMES.items()}
+    # Reason: under attention data parallelism (--attn-dp-size) each forward pads its batch for
+    # the MLP sync and asks the attention backend what seq len a padded row gets; on a CPU only
+    # the Intel AMX backend answers (1), not the torch native backend a CPU without AMX runs.
+    definitions["sglang.srt.layers.attention.torch_native_backend"] = {
+        "TorchNativeAttnBackend.get_cpu_graph_seq_len_fill_value": _IfAbsent(_padded_rows_seq_len)
+    }
+    return definitions
 
 
 def _post_import_patches() -> dict[str, dict[str, Any]]:
@@ -65,6 +72,10 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
     for module, attrs in TRITON_REPLACEMENTS.items():
         patches.setdefault(module, {}).update(attrs)
     return patches
+
+
+def _padded_rows_seq_len(self: Any) -> int:
+    return 1  # what sglang's Intel AMX backend gives padded rows
 
 
 def _true() -> bool:
@@ -253,6 +264,13 @@ class _IfPresent:
         self.value = value
 
 
+class _IfAbsent:
+    """A definition made only where the release lacks the attribute (a later one may have it)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 def _set_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
     for name, value in attrs.items():
         if isinstance(value, _IfPresent):
@@ -266,9 +284,15 @@ def _set_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
 
 def _define_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
     for name, value in attrs.items():
-        if hasattr(module, name):  # sglang now binds it on CPU: ours would shadow theirs
+        owner_name, _, attribute = name.rpartition(".")
+        owner = getattr(module, owner_name) if owner_name else module
+        if isinstance(value, _IfAbsent):
+            if not hasattr(owner, attribute):
+                setattr(owner, attribute, value.value)
+            continue
+        if hasattr(owner, attribute):  # sglang now binds it on CPU: ours would shadow theirs
             raise AttributeError(f"mcinspect CPU engine: {module.__name__}.{name} now exists on CPU; the patch needs updating")
-        setattr(module, name, value)
+        setattr(owner, attribute, value)
 
 
 class _PostImportPatcher(importlib.abc.MetaPathFinder):

@@ -56,6 +56,8 @@ def test_flag_installs_ops_stubs_and_sglang_patches() -> None:
         from mcinspect_kernels.cpu_ops import TRITON_REPLACEMENTS
         name = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
         assert backend.track_mamba_states_all_layers is TRITON_REPLACEMENTS[name]["track_mamba_states_all_layers"]
+        from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+        assert TorchNativeAttnBackend.get_cpu_graph_seq_len_fill_value(None) == 1  # attention DP's padded rows
         import os
         print(os.environ["SGLANG_USE_CPU_ENGINE"])
         """
