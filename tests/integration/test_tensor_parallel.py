@@ -1,8 +1,18 @@
-"""Two tensor-parallel ranks on the embedded engine (`mcinspect demo --tp 2`): each rank's hooks
-on their own ports, `mcinspect info` lists both, the demo's recording holds both ranks and
-`mcinspect check` reads it clean, ranks compared (check tp-agree). The fault that desynchronises
-one rank (tp-desync) is in test_faults_caught, in CI: its run shows the ranks agreeing before
-the fault acts, both ranks listed and recorded, and tp-agree catching the drift."""
+"""Several ranks of the real engine on this CPU.
+
+- `mcinspect demo --tp 2`: each rank's hooks on their own ports, `mcinspect info` lists both, the
+  demo's recording holds both ranks and `mcinspect check` reads it clean (ranks compared: check
+  tp-agree); `check PORT` live follows both, `snapshot --rank 1` and `render --rank 1` pick rank 1.
+- Multi-node TP: two `python -m sglang.launch_server` processes of one engine (`--nnodes 2`), one
+  rank each, their hooks bound on two addresses (127.0.0.1 and 127.0.0.2: two hosts to ZMQ and to
+  mcinspect) with a token: `info`, `record` and `check` reach both by listing both HOST:PORTs, and
+  one address alone names the missing rank.
+- Attention DP (`demo --tp 2 --attn-dp 2`): both ranks discovered at PORT and PORT + 2 and
+  checked; each schedules its own requests, so tp-agree compares none.
+
+The fault that desynchronises one rank (tp-desync) is in test_faults_caught, in CI: its run shows
+the ranks agreeing before the fault acts, both ranks listed and recorded, and tp-agree catching
+the drift. These run with MCINSPECT_TP_TESTS=1 (CI's time budget)."""
 
 from __future__ import annotations
 
@@ -10,48 +20,191 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import Delta, Snapshot
+from mcinspect_engine_hooks.cpu_engine.tiny_model import ensure_tiny_model
+from mcinspect_engine_hooks.cpu_engine.workload import Workload
 
-from engine_runs import MCINSPECT, free_ports_for_ranks, tagged_env, tagged_processes
+from engine_runs import MCINSPECT, free_port_pair, free_ports_for_ranks, tagged_env, tagged_processes
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.environ.get("MCINSPECT_TP_TESTS") != "1", reason="CI's time budget: MCINSPECT_TP_TESTS=1 runs it"),
 ]
 
+SECOND_HOST = "127.0.0.2"
+"""Another address of this machine: rank 1's node in the multi-node run."""
+TOKEN = "two-nodes"
 
-def test_two_ranks_are_listed_recorded_and_agree(tmp_path: Path) -> None:
-    port, recording = free_ports_for_ranks(2), tmp_path / "tp.mcrec"
+
+def frame_step(frame: Snapshot | Delta) -> int:
+    return frame.state.step if isinstance(frame, Snapshot) else frame.step
+
+
+def mcinspect(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([MCINSPECT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def common_steps(recording: Path) -> set[int]:
+    rank1 = recording.with_name(f"{recording.stem}.rank1{recording.suffix}")
+    steps = [{frame_step(f) for f in RecordingReader(path)} for path in (recording, rank1)]
+    return steps[0] & steps[1]
+
+
+def test_two_ranks_are_listed_recorded_checked_and_picked(tmp_path: Path) -> None:
+    port, http_port, recording = free_ports_for_ranks(2), free_port_pair(), tmp_path / "tp.mcrec"
     env, tag = tagged_env()
     demo = subprocess.Popen(
-        [MCINSPECT, "demo", "--tp", "2", "--json", "--serve", "--requests", "24", "--port", str(port), "--record", str(recording)],
+        [MCINSPECT, "demo", "--tp", "2", "--json", "--serve", "--requests", "24", "--port", str(port), "--record", str(recording),
+         "--http-port", str(http_port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         assert demo.stdout is not None
         summary = json.loads(demo.stdout.readline())  # --serve prints the summary, then serves
-        assert summary["tp_size"] == 2 and summary["stats"]["hook_errors"] == 0
-        info = subprocess.run([MCINSPECT, "info", str(port), "--json"], capture_output=True, text=True, timeout=60)
+        assert summary["tp_size"] == 2 and summary["stats"]["hook_errors"] == 0 and summary["rank_ports"] == [port, port + 2]
+        info = mcinspect("info", str(port), "--json")
         assert info.returncode == 0, info.stderr
-        ranks = [json.loads(line)["info"] for line in info.stdout.splitlines()]
-        assert [(r["tp_rank"], r["request_port"]) for r in ranks] == [(0, port), (1, port + 2)]
-        assert ranks[0]["mamba_pool_size"] == ranks[1]["mamba_pool_size"] > 0
+        ranks = [json.loads(line) for line in info.stdout.splitlines()]
+        assert [(r["rank"], r["info"]["tp_rank"], r["info"]["request_port"], r["info"]["world_size"]) for r in ranks] == [
+            (0, 0, port, 2),
+            (1, 1, port + 2, 2),
+        ]
+        assert ranks[0]["info"]["mamba_pool_size"] == ranks[1]["info"]["mamba_pool_size"] > 0
+        live = subprocess.Popen(
+            [MCINSPECT, "check", str(port), "--steps", "10", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(3)  # both ranks subscribed
+        assert _send_workload(f"http://127.0.0.1:{http_port}", 8) > 0
+        out, err = live.communicate(timeout=120)
+        assert live.returncode == 0 and out.strip() == "", out[-3000:] + err[-3000:]  # both ranks, 10 steps, tp-agree: clean
+        snapshots = [json.loads(mcinspect("snapshot", str(port), "--rank", str(r)).stdout)["state"] for r in (0, 1)]
+        assert snapshots[0]["slots"] == snapshots[1]["slots"] and snapshots[0]["requests"] == snapshots[1]["requests"]
+        assert {k: v for k, v in snapshots[1]["contents"].items()} != {k: v for k, v in snapshots[0]["contents"].items()}  # shards
     finally:
         demo.send_signal(signal.SIGINT)
         demo.wait(timeout=120)
     assert tagged_processes(tag) == []
-    rank1 = tmp_path / "tp.rank1.mcrec"
-    assert recording.exists() and rank1.exists()
-    check = subprocess.run([MCINSPECT, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
+    assert recording.exists() and recording.with_name("tp.rank1.mcrec").exists()
+    check = mcinspect("check", str(recording), "--json", "--ungrouped", timeout=300)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
-    steps = [{frame_step(f) for f in RecordingReader(path)} for path in (recording, rank1)]
-    assert len(steps[0] & steps[1]) > 20  # tp-agree compared the ranks at every common step
+    assert len(common_steps(recording)) > 20  # tp-agree compared the ranks at every common step
+    drawn = mcinspect("render", str(recording), "--rank", "1", "--format", "dot", "-o", str(tmp_path / "rank1.dot"))
+    assert drawn.returncode == 0 and "tp.rank1.mcrec" in drawn.stderr, drawn.stderr
 
 
-def frame_step(frame: Snapshot | Delta) -> int:
-    return frame.state.step if isinstance(frame, Snapshot) else frame.step
+def _node(node: int, host: str, port: int, dist_port: int, http_port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """One node of a two-node TP engine: sglang's server with its one rank (node 0 serves HTTP)."""
+    command = [
+        sys.executable, "-m", "sglang.launch_server", "--model-path", str(ensure_tiny_model("qwen3-next")), "--device", "cpu",
+        "--skip-tokenizer-init", "--load-format", "safetensors", "--max-total-tokens", "4096", "--max-mamba-cache-size", "32",
+        "--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "16", "--tp", "2", "--nnodes", "2", "--node-rank", str(node),
+        "--dist-init-addr", f"127.0.0.1:{dist_port}", "--host", host, "--port", str(http_port),
+    ]  # fmt: skip
+    node_env = env | {
+        "MCINSPECT_CPU_ENGINE": "1",
+        "MCINSPECT_PORT": str(port),
+        "MCINSPECT_HOST": host,
+        "MCINSPECT_TOKEN": TOKEN,
+        "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",
+        "SGLANG_CPU_OMP_THREADS_BIND": str(node),  # each node's one rank on a core of its own
+    }
+    return subprocess.Popen(command, env=node_env, text=True, start_new_session=True)
+
+
+@pytest.fixture
+def two_nodes() -> Iterator[tuple[int, str]]:
+    """A TP 2 engine over two 'hosts' (addresses); yields the hooks' base port and node 0's URL."""
+    port, dist_port, http_port = free_ports_for_ranks(2), free_port_pair(), free_port_pair()
+    env, tag = tagged_env()
+    nodes = [_node(0, "127.0.0.1", port, dist_port, http_port, env), _node(1, SECOND_HOST, port, dist_port, http_port, env)]
+    url = f"http://127.0.0.1:{http_port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert all(node.poll() is None for node in nodes), "a node exited during start-up (its log is in the output)"
+            try:
+                if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, "node 0 did not become healthy"
+            time.sleep(1)
+        yield port, url
+    finally:
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            try:
+                node.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(node.pid, signal.SIGKILL)
+        for pid in tagged_processes(tag):
+            os.kill(int(pid.split()[0]), signal.SIGKILL)
+
+
+def _send_workload(url: str, requests_total: int) -> int:
+    workload, cached = Workload(seed=0, total_requests=requests_total), 0
+    for wave in workload.waves():
+        body = {
+            "input_ids": [spec.input_ids for spec in wave],
+            "sampling_params": [{"max_new_tokens": spec.max_new_tokens, "temperature": 0.0, "ignore_eos": True} for spec in wave],
+        }
+        outputs = requests.post(f"{url}/generate", json=body, timeout=300).json()
+        workload.record(wave, [out["output_ids"] for out in outputs])
+        cached += sum(int(out["meta_info"]["cached_tokens"]) for out in outputs)
+    return cached
+
+
+def test_ranks_on_two_hosts_are_reached_by_listing_both(two_nodes: tuple[int, str], tmp_path: Path) -> None:
+    port, url = two_nodes
+    both = f"127.0.0.1:{port},{SECOND_HOST}:{port}"
+    info = mcinspect("info", both, "--token", TOKEN, "--json")
+    assert info.returncode == 0, info.stderr
+    ranks = [json.loads(line) for line in info.stdout.splitlines()]
+    assert [(r["rank"], r["address"]["host"], r["address"]["port"]) for r in ranks] == [(0, "127.0.0.1", port), (1, SECOND_HOST, port + 2)]
+    alone = mcinspect("info", f"127.0.0.1:{port}", "--token", TOKEN, "--timeout", "2")
+    assert alone.returncode == 2 and f"rank 1 of 2 (tp1) answers at none of 127.0.0.1:{port + 2}" in alone.stderr
+    assert "list each node's HOST:PORT" in alone.stderr and len(alone.stderr.strip().splitlines()) == 1
+    keyless = mcinspect("info", both, "--timeout", "2")
+    assert keyless.returncode == 2 and len(keyless.stderr.strip().splitlines()) == 1  # the token keys both sockets
+
+    recording = tmp_path / "nodes.mcrec"
+    recorder = subprocess.Popen([MCINSPECT, "record", both, "--token", TOKEN, "-o", str(recording)], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # both ranks subscribed
+        assert _send_workload(url, 16) > 0
+        time.sleep(1)
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        _, err = recorder.communicate(timeout=60)
+    assert recording.exists() and recording.with_name("nodes.rank1.mcrec").exists(), err
+    assert [RecordingReader(path).info.request_port for path in (recording, recording.with_name("nodes.rank1.mcrec"))] == [port, port + 2]
+    check = mcinspect("check", str(recording), "--json", "--ungrouped", timeout=300)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    assert len(common_steps(recording)) > 20
+
+
+def test_attention_dp_groups_are_discovered_and_checked(tmp_path: Path) -> None:
+    port, recording = free_ports_for_ranks(2), tmp_path / "dp.mcrec"
+    env, tag = tagged_env()
+    done = subprocess.run(
+        [MCINSPECT, "demo", "--tp", "2", "--attn-dp", "2", "--json", "--requests", "24", "--port", str(port), "--record", str(recording)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["rank_ports"] == [port, port + 2] and summary["stats"]["hook_errors"] == 0 and summary["requests_with_hits"] > 0
+    assert tagged_processes(tag) == []
+    infos = [RecordingReader(path).info for path in (recording, recording.with_name("dp.rank1.mcrec"))]
+    assert [(i.rank, i.tp_rank, i.dp_rank, i.attn_dp_size) for i in infos] == [(0, 0, 0, 2), (1, 1, 1, 2)]
+    check = mcinspect("check", str(recording), "--json", "--ungrouped", timeout=300)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
