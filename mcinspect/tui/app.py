@@ -187,7 +187,7 @@ class InspectorApp(App[None]):
     def _sync_ranks(self) -> bool:
         """Take in the ranks' sources (a live engine's appear once discovered); whether they changed."""
         sources = self.ranks.sources()
-        if [view.source for view in self._rank_views] == sources:
+        if [id(view.source) for view in self._rank_views] == [id(source) for source in sources]:
             return False
         known = {id(view.source): view for view in self._rank_views}
         self._rank_views = [known.get(id(source)) or self._rank_view(source) for source in sources]
@@ -686,17 +686,22 @@ class InspectorApp(App[None]):
         position = self._frame_position()
         if self.view is not None and position is not None:
             state, frame = self.view.state, self._frames[position]
-            self._export(lambda: export_snapshot(state, frame, self.export_dir, self.clock()), off_thread=True)
+            rank = self._rank_tag()
+            self._export(lambda: export_snapshot(state, frame, self.export_dir, self.clock(), rank), off_thread=True)
+
+    def _rank_tag(self) -> str:
+        """`-rank1` in an export's name when the engine has several ranks."""
+        return f"-rank{self.rank}" if len(self._rank_views) > 1 else ""
 
     def action_screenshot(self) -> None:
         step = "none" if self.view is None else self.view.state.step
-        name = f"mcinspect-step{step}-{stamp(self.clock())}.svg"
+        name = f"mcinspect{self._rank_tag()}-step{step}-{stamp(self.clock())}.svg"
         self._export(lambda: Path(self.save_screenshot(name, str(self.export_dir))), off_thread=False)
 
     def action_render_tree(self) -> None:
         if self.view is not None:
-            state, violations = self.view.state, [v.violation for v in self.view.violations]
-            self._export(lambda: export_tree_svg(state, violations, self.export_dir, self.clock()), off_thread=True)
+            state, violations, rank = self.view.state, [v.violation for v in self.view.violations], self._rank_tag()
+            self._export(lambda: export_tree_svg(state, violations, self.export_dir, self.clock(), rank), off_thread=True)
 
     def _export(self, write: Callable[[], Path], *, off_thread: bool) -> None:
         """Run one export and say where it went, or why it did not. JSON of a big state and

@@ -22,9 +22,10 @@ def stamp(now: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
 
 
-def export_snapshot(state: CacheState, frame: FrameMeta, directory: Path, now: float) -> Path:
-    """Write the state as a Snapshot JSON, the same format as `mcinspect snapshot`."""
-    path = directory / f"mcinspect-step{state.step}-{stamp(now)}.json"
+def export_snapshot(state: CacheState, frame: FrameMeta, directory: Path, now: float, rank: str = "") -> Path:
+    """Write the state as a Snapshot JSON, the same format as `mcinspect snapshot`; `rank` tags
+    the name (`-rank1`) when the engine has several."""
+    path = directory / f"mcinspect{rank}-step{state.step}-{stamp(now)}.json"
     snapshot = Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(frame.seq), state=state, counters=frame.engine)
     try:
         write_json(snapshot, str(path))
@@ -33,9 +34,9 @@ def export_snapshot(state: CacheState, frame: FrameMeta, directory: Path, now: f
     return path
 
 
-def export_tree_svg(state: CacheState, violations: Sequence[Violation], directory: Path, now: float) -> Path:
-    """Render the tree with Graphviz (violations highlighted) into an SVG file."""
-    path = directory / f"mcinspect-tree-step{state.step}-{stamp(now)}.svg"
+def export_tree_svg(state: CacheState, violations: Sequence[Violation], directory: Path, now: float, rank: str = "") -> Path:
+    """Render the tree with Graphviz (violations highlighted) into an SVG file (`rank` as above)."""
+    path = directory / f"mcinspect-tree{rank}-step{state.step}-{stamp(now)}.svg"
     try:
         path.write_bytes(render(state, "svg", violations=violations))
     except RenderError as exc:

@@ -4,9 +4,10 @@
   demo's recording holds both ranks and `mcinspect check` reads it clean (ranks compared: check
   tp-agree); `check PORT` live follows both, `snapshot --rank 1` and `render --rank 1` pick rank 1.
 - Multi-node TP: two `python -m sglang.launch_server` processes of one engine (`--nnodes 2`), one
-  rank each, their hooks bound on two addresses (127.0.0.1 and 127.0.0.2: two hosts to ZMQ and to
-  mcinspect) with a token: `info`, `record` and `check` reach both by listing both HOST:PORTs, and
-  one address alone names the missing rank.
+  rank each, their hooks bound on two addresses with a token: 127.0.0.1 and 127.0.0.2 (two hosts
+  to ZMQ and to mcinspect), and off loopback 10.231.0.1 and 10.231.0.2, rank 1's node in a network
+  namespace of its own joined by a veth pair (needs root and `ip`). `info`, `record` and `check`
+  reach both by listing both HOST:PORTs, and one address alone names the missing rank.
 - Attention DP (`demo --tp 2 --attn-dp 2`): both ranks discovered at PORT and PORT + 2 and
   checked; each schedules its own requests, so tp-agree compares none.
 
@@ -16,13 +17,17 @@ the drift. These run with MCINSPECT_TP_TESTS=1 (CI's time budget)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -43,6 +48,44 @@ pytestmark = [
 SECOND_HOST = "127.0.0.2"
 """Another address of this machine: rank 1's node in the multi-node run."""
 TOKEN = "two-nodes"
+NETNS = "mcinspect-nodes"
+VETH = ("mci-root", "mci-node")
+OFF_LOOPBACK = ("10.231.0.1", "10.231.0.2")
+"""The veth pair's addresses: this namespace's end, and the node namespace's."""
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Where the two nodes of the multi-node run live."""
+
+    addresses: tuple[str, str]
+    node1_prefix: tuple[str, ...] = ()
+    """Runs node 1's command (in its network namespace)."""
+    gloo_ifnames: tuple[str, str] | None = None
+    """GLOO_SOCKET_IFNAME per node: the host name resolves to loopback, which the namespaces do not share."""
+
+
+@contextlib.contextmanager
+def _node_namespace() -> Iterator[Hosts]:
+    """A network namespace for node 1, joined to this one by a veth pair (10.231.0.1 <-> .2)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("a network namespace needs root and iproute2's `ip`")
+    run = functools.partial(subprocess.run, check=True, capture_output=True)
+    subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)  # a previous run's, if any
+    run(["ip", "netns", "add", NETNS])
+    try:
+        run(["ip", "link", "add", VETH[0], "type", "veth", "peer", "name", VETH[1]])
+        run(["ip", "link", "set", VETH[1], "netns", NETNS])
+        run(["ip", "addr", "add", f"{OFF_LOOPBACK[0]}/24", "dev", VETH[0]])
+        run(["ip", "link", "set", VETH[0], "up"])
+        inside = ["ip", "netns", "exec", NETNS]
+        run([*inside, "ip", "addr", "add", f"{OFF_LOOPBACK[1]}/24", "dev", VETH[1]])
+        run([*inside, "ip", "link", "set", VETH[1], "up"])
+        run([*inside, "ip", "link", "set", "lo", "up"])
+        yield Hosts(OFF_LOOPBACK, tuple(inside), VETH)
+    finally:
+        subprocess.run(["ip", "link", "del", VETH[0]], capture_output=True)
+        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
 
 
 def frame_step(frame: Snapshot | Delta) -> int:
@@ -101,13 +144,14 @@ def test_two_ranks_are_listed_recorded_checked_and_picked(tmp_path: Path) -> Non
     assert drawn.returncode == 0 and "tp.rank1.mcrec" in drawn.stderr, drawn.stderr
 
 
-def _node(node: int, host: str, port: int, dist_port: int, http_port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+def _node(node: int, hosts: Hosts, port: int, dist_port: int, http_port: int, env: dict[str, str]) -> subprocess.Popen[str]:
     """One node of a two-node TP engine: sglang's server with its one rank (node 0 serves HTTP)."""
+    host = hosts.addresses[node]
     command = [
-        sys.executable, "-m", "sglang.launch_server", "--model-path", str(ensure_tiny_model("qwen3-next")), "--device", "cpu",
+        *(hosts.node1_prefix if node == 1 else ()), sys.executable, "-m", "sglang.launch_server", "--model-path", str(ensure_tiny_model("qwen3-next")), "--device", "cpu",
         "--skip-tokenizer-init", "--load-format", "safetensors", "--max-total-tokens", "4096", "--max-mamba-cache-size", "32",
         "--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "16", "--tp", "2", "--nnodes", "2", "--node-rank", str(node),
-        "--dist-init-addr", f"127.0.0.1:{dist_port}", "--host", host, "--port", str(http_port),
+        "--dist-init-addr", f"{hosts.addresses[0]}:{dist_port}", "--host", host, "--port", str(http_port),
     ]  # fmt: skip
     node_env = env | {
         "MCINSPECT_CPU_ENGINE": "1",
@@ -116,19 +160,31 @@ def _node(node: int, host: str, port: int, dist_port: int, http_port: int, env: 
         "MCINSPECT_TOKEN": TOKEN,
         "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",
         "SGLANG_CPU_OMP_THREADS_BIND": str(node),  # each node's one rank on a core of its own
+        "SGLANG_HOST_IP": host,  # the address its TP broadcast queue gives the other node (else the default route's)
     }
+    if hosts.gloo_ifnames is not None:
+        node_env["GLOO_SOCKET_IFNAME"] = hosts.gloo_ifnames[node]
     return subprocess.Popen(command, env=node_env, text=True, start_new_session=True)
 
 
+@pytest.fixture(params=["two-addresses", "off-loopback"])
+def hosts(request: pytest.FixtureRequest) -> Iterator[Hosts]:
+    if request.param == "two-addresses":
+        yield Hosts(("127.0.0.1", SECOND_HOST))
+        return
+    with _node_namespace() as hosts:
+        yield hosts
+
+
 @pytest.fixture
-def two_nodes() -> Iterator[tuple[int, str]]:
-    """A TP 2 engine over two 'hosts' (addresses); yields the hooks' base port and node 0's URL."""
+def two_nodes(hosts: Hosts) -> Iterator[tuple[int, str, Hosts]]:
+    """A TP 2 engine over two hosts; yields the hooks' base port, node 0's URL and the hosts."""
     port, dist_port, http_port = free_ports_for_ranks(2), free_port_pair(), free_port_pair()
     env, tag = tagged_env()
-    nodes = [_node(0, "127.0.0.1", port, dist_port, http_port, env), _node(1, SECOND_HOST, port, dist_port, http_port, env)]
-    url = f"http://127.0.0.1:{http_port}"
+    nodes = [_node(node, hosts, port, dist_port, http_port, env) for node in (0, 1)]
+    url = f"http://{hosts.addresses[0]}:{http_port}"
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 300
         while True:
             assert all(node.poll() is None for node in nodes), "a node exited during start-up (its log is in the output)"
             try:
@@ -138,7 +194,7 @@ def two_nodes() -> Iterator[tuple[int, str]]:
                 pass
             assert time.monotonic() < deadline, "node 0 did not become healthy"
             time.sleep(1)
-        yield port, url
+        yield port, url, hosts
     finally:
         for node in nodes:
             node.terminate()
@@ -164,15 +220,16 @@ def _send_workload(url: str, requests_total: int) -> int:
     return cached
 
 
-def test_ranks_on_two_hosts_are_reached_by_listing_both(two_nodes: tuple[int, str], tmp_path: Path) -> None:
-    port, url = two_nodes
-    both = f"127.0.0.1:{port},{SECOND_HOST}:{port}"
+def test_ranks_on_two_hosts_are_reached_by_listing_both(two_nodes: tuple[int, str, Hosts], tmp_path: Path) -> None:
+    port, url, hosts = two_nodes
+    first, second = hosts.addresses
+    both = f"{first}:{port},{second}:{port}"
     info = mcinspect("info", both, "--token", TOKEN, "--json")
     assert info.returncode == 0, info.stderr
     ranks = [json.loads(line) for line in info.stdout.splitlines()]
-    assert [(r["rank"], r["address"]["host"], r["address"]["port"]) for r in ranks] == [(0, "127.0.0.1", port), (1, SECOND_HOST, port + 2)]
-    alone = mcinspect("info", f"127.0.0.1:{port}", "--token", TOKEN, "--timeout", "2")
-    assert alone.returncode == 2 and f"rank 1 of 2 (tp1) answers at none of 127.0.0.1:{port + 2}" in alone.stderr
+    assert [(r["rank"], r["address"]["host"], r["address"]["port"]) for r in ranks] == [(0, first, port), (1, second, port + 2)]
+    alone = mcinspect("info", f"{first}:{port}", "--token", TOKEN, "--timeout", "2")
+    assert alone.returncode == 2 and f"rank 1 of 2 (tp1) answers at none of {first}:{port + 2}" in alone.stderr
     assert "list each node's HOST:PORT" in alone.stderr and len(alone.stderr.strip().splitlines()) == 1
     keyless = mcinspect("info", both, "--timeout", "2")
     assert keyless.returncode == 2 and len(keyless.stderr.strip().splitlines()) == 1  # the token keys both sockets

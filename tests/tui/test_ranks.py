@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import msgspec
 from recorded_engine import RecordedEngine
-from snapshot_apps.replay_app import load, make_ranks_app, stand_in_checks
+from snapshot_apps.replay_app import PINNED_NOW, load, load_ranks, make_ranks_app, stand_in_checks
 
-from mcinspect.schema import CacheState, Step
+from mcinspect.schema import CacheState, Snapshot, Step
 from mcinspect.target import Target
 from mcinspect.tui import InspectorApp, RankSources, StaticSource, attach_app
 from mcinspect.tui.details import Selection
@@ -190,3 +190,16 @@ async def test_a_rank_that_does_not_answer_is_named_while_the_view_waits() -> No
             assert "connecting" in str(app.query_one("#header").render())
     finally:
         engine.stop()
+
+
+@run_async
+async def test_exports_of_a_rank_say_which(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    app = InspectorApp(load_ranks("tp2"), checks=stand_in_checks, clock=lambda: PINNED_NOW, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await _go_to(pilot, 20)
+        await pilot.press("R", "e")
+        await pilot_until(pilot, lambda: any(tmp_path.glob("*.json")))
+        (exported,) = tmp_path.glob("*.json")
+        assert exported.name == "mcinspect-rank1-step20-20260101T000000Z.json"
+        assert msgspec.json.decode(exported.read_bytes(), type=Snapshot).state == next(s for s in states("tp2.rank1") if s.step == 20)
