@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from .auth import missing_key_hint
+from .auth import is_loopback, missing_key_hint
 from .client import EngineRefused, EngineUnreachable, Requester, request
 from .errors import McinspectError
 from .rank_files import RankChoiceError, ranks_text
@@ -144,7 +144,10 @@ def _missing(
 ) -> str:
     where = ", ".join(f"{t.host}:{t.port}" for t in addresses)
     heard = [f"{t.host}:{t.port} {_heard(replies[t])}" for t in addresses if t in replies]
-    hint = missing_key_hint(addresses[0].host, addresses[0].port, token) if addresses else ""
+    # Off loopback a missing token is the likely cause; on loopback a rank's key file goes with
+    # its process, so its absence says nothing rank 0's presence did not.
+    remote = [t for t in addresses if not is_loopback(t.host)]
+    hint = missing_key_hint(remote[0].host, remote[0].port, token) if remote else ""
     more = f"; {MULTI_NODE_HINT}" if len(targets) == 1 else ""
     return (
         f"rank {rank} of {first.world_size} (tp{rank % max(first.tp_size, 1)}) answers at none of {where} within {timeout_s:g} s"
