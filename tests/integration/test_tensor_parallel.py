@@ -6,7 +6,7 @@
 - Multi-node TP: two `python -m sglang.launch_server` processes of one engine (`--nnodes 2`), one
   rank each, their hooks bound on two addresses with a token: 127.0.0.1 and 127.0.0.2 (two hosts
   to ZMQ and to mcinspect), and off loopback 10.231.0.1 and 10.231.0.2, rank 1's node in a network
-  namespace of its own joined by a veth pair (needs root and `ip`). `info`, `record` and `check`
+  namespace of its own joined by a veth pair, with a /dev/shm of its own (needs root and `ip`). `info`, `record` and `check`
   reach both by listing both HOST:PORTs, and one address alone names the missing rank.
 - Attention DP (`demo --tp 2 --attn-dp 2`): both ranks discovered at PORT and PORT + 2 and
   checked; each schedules its own requests, so tp-agree compares none.
@@ -82,7 +82,10 @@ def _node_namespace() -> Iterator[Hosts]:
         run([*inside, "ip", "addr", "add", f"{OFF_LOOPBACK[1]}/24", "dev", VETH[1]])
         run([*inside, "ip", "link", "set", VETH[1], "up"])
         run([*inside, "ip", "link", "set", "lo", "up"])
-        yield Hosts(OFF_LOOPBACK, tuple(inside), VETH)
+        # A /dev/shm of its own too: sglang takes ranks that share one for a node's (shared-memory
+        # broadcast on 127.0.0.1), which a host of its own does not.
+        private_shm = ("sh", "-c", 'mount -t tmpfs tmpfs /dev/shm && exec "$0" "$@"')
+        yield Hosts(OFF_LOOPBACK, (*inside, *private_shm), VETH)
     finally:
         subprocess.run(["ip", "link", "del", VETH[0]], capture_output=True)
         subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)

@@ -4,13 +4,14 @@ start, in a fresh interpreter: see demo_probe.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from engine_runs import free_port_pair, tagged_env, tagged_processes
+from engine_runs import free_port_pair, free_ports_for_ranks, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow
 
@@ -29,4 +30,19 @@ def test_demo_opens_the_tui_on_the_live_engine() -> None:
     assert seen["tab"] == "requests"
     assert seen["running_after_q"] is False
     assert "leaked" not in done.stderr  # nanobind's report of objects the GC never freed
+    assert tagged_processes(tag) == [], "engine processes left behind"
+
+
+@pytest.mark.skipif(os.environ.get("MCINSPECT_TP_TESTS") != "1", reason="CI's time budget: MCINSPECT_TP_TESTS=1 runs it")
+def test_demo_with_two_ranks_opens_the_tui_on_both() -> None:
+    """`mcinspect demo --tp 2`'s TUI finds both ranks, R shows rank 1 at the paused step, and the
+    ranks tab finds them agreeing there."""
+    env, tag = tagged_env()
+    done = subprocess.run(
+        [sys.executable, str(PROBE), str(free_ports_for_ranks(2)), "2"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = json.loads(done.stdout.splitlines()[-1])["ranks"]
+    assert ranks["count"] == 2 and ranks["after_R"]["rank"] == 1 and ranks["after_R"]["step"] == ranks["paused_at"]
+    assert "rank 1 of 2" in ranks["after_R"]["header"] and ranks["verdicts"] == ["reference", "agrees"]
     assert tagged_processes(tag) == [], "engine processes left behind"
