@@ -49,7 +49,7 @@ async def drive(app: InspectorApp, ranks: int) -> dict[str, Any]:
         await pilot.press("3")
         await pilot.pause(0.3)
         view = app.view
-        seen = {
+        seen |= {
             "header": str(app.query_one("#header").render()),
             "status": app.source.health().status,
             "step": None if view is None else view.state.step,
