@@ -8,7 +8,7 @@ thread runs the checks over new frames (`Ingestor`, `Findings`) and posts `Findi
 
 An engine of several ranks (`RankSources`: a TP engine's scheduler processes, or the rank files
 of its recording) is followed rank by rank, each with its own source and findings
-(`RankView`); the panels show one rank, `R` moves to the next at the same step, and the ranks
+(`FollowedRanks`); the panels show one rank, `R` moves to the next at the same step, and the ranks
 tab compares them at the step on view (rank_summary.py, on a worker).
 """
 
@@ -30,38 +30,33 @@ from textual.screen import Screen
 from textual.widgets import Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from ..checks.cross_rank import TP_AGREE
 from ..errors import McinspectError
 from ..schema import CacheState, NodeId, Rid, VerifyStats
 from ..verify_command import Judged
-from .agreement import AgreementIngestor
 from .cell_grid import CellGrid
 from .commands import palette_commands
 from .details import Selection, detail_text
 from .event_log import EventLog
 from .export import ExportFailed, export_snapshot, export_tree_svg, stamp
 from .findings import Findings
+from .followed_ranks import CheckerFactory, FollowedRanks
 from .gc_tuning import freeze_long_lived, thaw
 from .grids import PageMap, SlotMap
 from .header import HeaderState, StatusHeader
-from .ingest import Ingestor
 from .messages import FindingsAdvanced, SourceChanged
 from .model import FrameView
 from .panels import LAYOUT_CSS, TAB_FOCUS, TABS, compose_layout
 from .rank_sources import RankSources
-from .rank_summary import RankInput, RanksSummary, rank_details, summarise
-from .rank_view import RankView, frame_at_step
+from .rank_summary import RanksSummary, rank_details
+from .rank_view import frame_at_step
 from .ranks_table import RanksTable
 from .requests_table import RequestsTable
 from .row_table import RowTable
 from .screens import HelpScreen, MainScreen, PromptScreen
 from .source import DataSource, FrameGone, FrameMeta
 from .tree_view import RadixTreeView
-from .violations import Checker, ViolationRow
+from .violations import ViolationRow
 from .violations_table import ViolationsTable
-
-CheckerFactory = Callable[[DataSource], Checker | None]
-"""A Checker for one rank's source (checkers keep state per stream: one each)."""
 
 VERIFIER_POLL_S = 2.0
 """How often the header asks the engine for its T2 verifier's queue and counts."""
@@ -139,11 +134,7 @@ class InspectorApp(App[None]):
         # No animations: the tab underline alone redraws for 0.3 s after every tab switch, CPU
         # that following a 100k-node cache needs.
         self.animation_level = "none"
-        self.ranks = source if isinstance(source, RankSources) else RankSources([source])
-        self._checks = checks
-        self._rank_views: list[RankView] = []
-        self.rank = 0
-        """The rank on view (an index into the ranks' sources)."""
+        self.ranks = FollowedRanks(self, source if isinstance(source, RankSources) else RankSources([source]), checks)
         self._summary: RanksSummary | None = None
         """The ranks tab's latest comparison."""
         self.clock = clock
@@ -151,8 +142,6 @@ class InspectorApp(App[None]):
         self.view: FrameView | None = None
         self._painted = False
         self._notified = threading.Event()
-        self._sync_ranks()
-        self._agreement = AgreementIngestor(self, lambda: self._rank_views)
         self._last_refresh = 0.0
         self._refresh_timer_armed = False
         self._stale_tabs: set[str] = set(TABS)
@@ -171,38 +160,27 @@ class InspectorApp(App[None]):
     # --- ranks ------------------------------------------------------------------------------
 
     @property
+    def rank(self) -> int:
+        """The rank on view."""
+        return self.ranks.on_view
+
+    @property
     def source(self) -> DataSource:
         """The source of the rank on view."""
-        return self._rank_views[self.rank].source
+        return self.ranks.current.source
 
     @property
     def findings(self) -> Findings:
         """The findings of the rank on view."""
-        return self._rank_views[self.rank].findings
+        return self.ranks.current.findings
 
     @property
     def _frames(self) -> list[FrameMeta]:
-        return self._rank_views[self.rank].frames
-
-    def _sync_ranks(self) -> bool:
-        """Take in the ranks' sources (a live engine's appear once discovered); whether they changed."""
-        sources = self.ranks.sources()
-        if [id(view.source) for view in self._rank_views] == [id(source) for source in sources]:
-            return False
-        known = {id(view.source): view for view in self._rank_views}
-        self._rank_views = [known.get(id(source)) or self._rank_view(source) for source in sources]
-        if self.rank >= len(self._rank_views):
-            self.rank = 0
-        self.view = None  # the placeholder's frame, if any, belongs to no rank
-        return True
-
-    def _rank_view(self, source: DataSource) -> RankView:
-        findings = Findings(self._checks(source) if self._checks is not None else None)
-        return RankView(source, findings, Ingestor(self, source, findings))
+        return self.ranks.current.frames
 
     def _show_ranks_tab(self) -> None:
         tabs = self.query_one(TabbedContent)
-        if len(self._rank_views) > 1:
+        if self.ranks.several:
             tabs.show_tab("ranks")
         else:
             tabs.hide_tab("ranks")
@@ -211,15 +189,15 @@ class InspectorApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """`R` exists only with several ranks (then it is in the footer too)."""
         if action == "next_rank":
-            return len(self._rank_views) > 1
+            return self.ranks.several
         return True
 
     def switch_rank(self, rank: int) -> None:
         """Show rank `rank` at the step on view (paused), or its newest frame (following)."""
-        if not 0 <= rank < len(self._rank_views) or rank == self.rank:
+        if not 0 <= rank < len(self.ranks.views) or rank == self.rank:
             return
         step = None if self.view is None else self.view.state.step
-        self.rank = rank
+        self.ranks.on_view = rank
         self.view = None  # the previous frame is another rank's: nothing to patch from
         self._verdicts.clear()
         self._verifier = None
@@ -240,7 +218,7 @@ class InspectorApp(App[None]):
             self.notify(f"rank {rank} has no frame at step {step}: showing step {frame.step}", severity="warning")
 
     def action_next_rank(self) -> None:
-        self.switch_rank((self.rank + 1) % len(self._rank_views))
+        self.switch_rank((self.rank + 1) % len(self.ranks.views))
 
     def on_ranks_table_switch_rank(self, message: RanksTable.SwitchRank) -> None:
         self.switch_rank(message.rank)
@@ -249,31 +227,6 @@ class InspectorApp(App[None]):
     def _rank_highlighted(self, event: RowTable.RowHighlighted) -> None:
         if event.table.has_focus:
             self.selection = Selection("rank", int(event.key))
-
-    def _differing_here(self) -> tuple[int, ...]:
-        """The ranks whose tp-agree findings name the step on view (from the findings: no comparing here)."""
-        if self.view is None or len(self._rank_views) < 2:
-            return ()
-        step = self.view.state.step
-        differing = []
-        for rank, view in enumerate(self._rank_views):
-            found = frame_at_step(view.frames, step)
-            if found is not None and found[1] and any(row.check == TP_AGREE for row in view.findings.violations_at(found[0].index)):
-                differing.append(rank)
-        return tuple(differing)
-
-    def _summarise_ranks(self) -> None:
-        """Compare the ranks at the step on view, on a worker (a tree of 100k nodes per rank)."""
-        if self.view is None:
-            return
-        step = self.view.state.step
-        inputs = [RankInput(view.source, list(view.frames), view.findings) for view in self._rank_views]
-
-        def run() -> None:
-            summary = summarise(step, inputs)
-            self.call_from_thread(self._ranks_summarised, summary)
-
-        self.run_worker(run, thread=True, group="ranks", exclusive=True, exit_on_error=False)
 
     def _ranks_summarised(self, summary: RanksSummary) -> None:
         if self.view is None or summary.step != self.view.state.step:
@@ -295,12 +248,12 @@ class InspectorApp(App[None]):
         self.query_one("#detail-pane").border_title = "details"
         self._show_ranks_tab()
         self._refresh_header()
-        self.ranks.start(self._notify)
-        if self.ranks.live:
+        self.ranks.sources.start(self._notify)
+        if self.ranks.sources.live:
             self.set_interval(VERIFIER_POLL_S, self._poll_verifier)
 
     def on_unmount(self) -> None:
-        self.ranks.close()
+        self.ranks.sources.close()
         thaw()
 
     # --- data arriving (any thread -> messages) -----------------------------------------------
@@ -313,13 +266,10 @@ class InspectorApp(App[None]):
 
     def on_source_changed(self, _: SourceChanged) -> None:
         self._notified.clear()
-        if self._sync_ranks():
+        if self.ranks.sync():
+            self.view = None  # the placeholder's frame, if any, belongs to no rank
             self._show_ranks_tab()
-        for rank in self._rank_views:
-            rank.frames = list(rank.source.frames())
-            if rank.frames:
-                rank.ingestor.kick(rank.frames[-1].index)
-        self._agreement.kick()
+        self.ranks.take_frames()
         if self.following and self._frames:
             wait = self._last_refresh + LIVE_REFRESH_S - time.monotonic()
             if wait > 0:
@@ -347,7 +297,7 @@ class InspectorApp(App[None]):
             if here != self.view.violations:
                 self.show_frame(self.view.frame, state=self.view.state)
                 return
-        self._agreement.kick()
+        self.ranks.compare()
         self._stale_tabs.update(("violations", "ranks"))
         self._refresh_active_tab()
         self._refresh_header()
@@ -419,8 +369,8 @@ class InspectorApp(App[None]):
                 received_at=None if frame is None else frame.received_at,
                 verifier=self._verifier,
                 rank=self.rank,
-                ranks=len(self._rank_views),
-                differing=self._differing_here(),
+                ranks=len(self.ranks.views),
+                differing=() if self.view is None else self.ranks.differing_at(self.view.state.step),
             )
         )
         if self.view is None:
@@ -449,7 +399,7 @@ class InspectorApp(App[None]):
         elif tab == "violations":
             self.query_one(ViolationsTable).show(self.findings.violations(), view.frame)
         elif tab == "ranks":
-            self._summarise_ranks()
+            self.ranks.summarise(view.state.step, self._ranks_summarised)
 
     def _page_marks(self) -> bytearray:
         assert self.view is not None
@@ -673,7 +623,7 @@ class InspectorApp(App[None]):
 
     def action_show_tab(self, tab: str) -> None:
         """Switch to `tab` and put the focus in it, so its keys work at once."""
-        if tab == "ranks" and len(self._rank_views) < 2:
+        if tab == "ranks" and not self.ranks.several:
             self.notify("one rank: the ranks tab compares the ranks of a tensor-parallel engine")
             return
         self.query_one(TabbedContent).active = tab
@@ -686,21 +636,17 @@ class InspectorApp(App[None]):
         position = self._frame_position()
         if self.view is not None and position is not None:
             state, frame = self.view.state, self._frames[position]
-            rank = self._rank_tag()
+            rank = self.ranks.export_tag()
             self._export(lambda: export_snapshot(state, frame, self.export_dir, self.clock(), rank), off_thread=True)
-
-    def _rank_tag(self) -> str:
-        """`-rank1` in an export's name when the engine has several ranks."""
-        return f"-rank{self.rank}" if len(self._rank_views) > 1 else ""
 
     def action_screenshot(self) -> None:
         step = "none" if self.view is None else self.view.state.step
-        name = f"mcinspect{self._rank_tag()}-step{step}-{stamp(self.clock())}.svg"
+        name = f"mcinspect{self.ranks.export_tag()}-step{step}-{stamp(self.clock())}.svg"
         self._export(lambda: Path(self.save_screenshot(name, str(self.export_dir))), off_thread=False)
 
     def action_render_tree(self) -> None:
         if self.view is not None:
-            state, violations, rank = self.view.state, [v.violation for v in self.view.violations], self._rank_tag()
+            state, violations, rank = self.view.state, [v.violation for v in self.view.violations], self.ranks.export_tag()
             self._export(lambda: export_tree_svg(state, violations, self.export_dir, self.clock(), rank), off_thread=True)
 
     def _export(self, write: Callable[[], Path], *, off_thread: bool) -> None:

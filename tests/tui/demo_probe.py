@@ -35,7 +35,7 @@ async def drive(app: InspectorApp, ranks: int) -> dict[str, Any]:
             await pilot.pause(0.2)
             if app.view is not None:
                 requests_seen = max(requests_seen, len(app.view.state.requests))
-            every_rank = len(app._rank_views) == ranks and all(len(view.frames) > 1 for view in app._rank_views)
+            every_rank = len(app.ranks.views) == ranks and all(len(view.frames) > 1 for view in app.ranks.views)
             if (
                 app.view is not None
                 and app.view.state.step > 0
@@ -78,7 +78,7 @@ async def _ranks(pilot: Any, app: InspectorApp) -> dict[str, Any]:
         await pilot.pause(0.2)
     summary = app._summary
     verdicts = [row.verdict for row in summary.rows] if summary is not None else []
-    return {"count": len(app._rank_views), "paused_at": step, "after_R": after, "verdicts": verdicts}
+    return {"count": len(app.ranks.views), "paused_at": step, "after_R": after, "verdicts": verdicts}
 
 
 def main(port: int, tp: int) -> None:

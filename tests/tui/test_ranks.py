@@ -112,15 +112,15 @@ async def test_tp_agree_finds_the_desynchronised_rank_at_every_step_it_differs()
     app = make_ranks_app("tp2-desync")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        found = app._rank_views[1].findings.violations()
+        found = app.ranks.views[1].findings.violations()
         assert sorted({row.step for row in found if row.check == "tp-agree"}) == differing
-        assert app._rank_views[0].findings.violations() == []
+        assert app.ranks.views[0].findings.violations() == []
         await _go_to(pilot, differing[0])
         assert "rank 1 differs here" in str(app.query_one("#header").render())
     app = make_ranks_app("tp2")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        assert all(view.findings.violations() == [] for view in app._rank_views)
+        assert all(view.findings.violations() == [] for view in app.ranks.views)
 
 
 @run_async
@@ -159,17 +159,17 @@ async def test_attach_discovers_every_rank_from_the_base_port() -> None:
     app = attach_app((Target("127.0.0.1", port),), token="", every_step=True)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await pilot_until(pilot, lambda: len(app._rank_views) == 2 and all(view.frames for view in app._rank_views))
-            assert [view.source.name for view in app._rank_views] == [
+            await pilot_until(pilot, lambda: len(app.ranks.views) == 2 and all(view.frames for view in app.ranks.views))
+            assert [view.source.name for view in app.ranks.views] == [
                 f"127.0.0.1:{port} (every step)",
                 f"127.0.0.1:{port + 2} (every step)",
             ]
             for engine in engines:
                 engine.publish_rest()
             newest = states("tp2-desync")[-1].step
-            await pilot_until(pilot, lambda: all(view.frames and view.frames[-1].step == newest for view in app._rank_views))
+            await pilot_until(pilot, lambda: all(view.frames and view.frames[-1].step == newest for view in app.ranks.views))
             first = _steps_that_differ("tp2-desync")[0]
-            await pilot_until(pilot, lambda: any(row.step == first for row in app._rank_views[1].findings.violations()), timeout_s=20)
+            await pilot_until(pilot, lambda: any(row.step == first for row in app.ranks.views[1].findings.violations()), timeout_s=20)
             await pilot.press("R")
             await settle(pilot)
             assert app.rank == 1 and app.view.state == states("tp2-desync.rank1")[-1]
