@@ -31,7 +31,7 @@ TREE_CORES = ("python", "rust")
 the prefix tokens recorded at insert, so it needs no node sglang's Rust core hides."""
 
 CASES = [
-    # CI: every fault once, on the default model where it exists there, the strategies and page
+    # every fault once, on the default model where it exists there, the strategies and page
     # sizes in turn (the matrix adds every family x configuration x tree core) ...
     ("unwritten-slot", DEFAULT_FAMILY, "extra_buffer_lazy", 16),
     ("track-off-by-one", DEFAULT_FAMILY, "extra_buffer", 1),
@@ -49,6 +49,11 @@ CASES = [
     ("wrong-chunk-state", "nemotron-h", "extra_buffer", 16),
     ("zero-initial-state", "nemotron-h", "extra_buffer", 16),
 ]
+NOT_IN_CI = ("leak-slot", "double-owner", "overwrite-cached", "ghost-node", "zero-initial-state")
+"""CI's time budget: the faults modelled on no single engine-only mechanism (leak-slot,
+double-owner: generic classes; overwrite-cached, ghost-node: variants; zero-initial-state: a
+second Mamba2 content fault beside wrong-chunk-state) run with MCINSPECT_FAULT_MATRIX=1; each
+one's effect on the real sglang classes stays in CI (tests/unit/test_faults.py)."""
 CLEAN_CASES = [("nemotron-h", "extra_buffer", 16)]
 """CI's clean run with both oracles (the default family's configurations run clean, engine oracle,
 in test_embedded_engine; the transformers oracle on it in test_oracle)."""
@@ -64,7 +69,7 @@ def runs() -> list[tuple[str, str, str, int, str]]:
             if fault.applies_to(*config, model)
             for core in (TREE_CORES if set(fault.expected_checks) & set(RECOMPUTE_CHECKS) else ("python",))
         ]
-    return [(*case, "python") for case in CASES]
+    return [(*case, "python") for case in CASES if case[0] not in NOT_IN_CI]
 
 
 def clean_runs() -> list[tuple[str, str, int]]:
