@@ -150,7 +150,8 @@ class ReferencePrefill:
         params.normalize(None)
         vocab = self.scheduler.model_config.vocab_size
         req = Req(f"{RID_PREFIX}{next(_counter)}", "", array("q", tokens), params, vocab_size=vocab)
-        req.refresh_fill_ids()
+        refresh = getattr(req, "refresh_fill_ids", None) or req._refresh_fill_ids  # 0.5.21's name
+        refresh()
         if hasattr(req, "set_extend_range"):  # sglang 0.5.21
             req.set_extend_range(0, len(tokens))
         else:
