@@ -1,6 +1,7 @@
 """Read-only inspection adapter for sglang 0.5.23's UnifiedRadixCache tree (FULL + MAMBA).
 
-Chosen by feature detection (`supports`): a `tree_cache.tree_core` and a MAMBA component.
+Chosen by feature detection (`refusal`): a `tree_cache.tree_core` and a MAMBA component (and
+a Rust core with `collect_path_info`: 0.5.22 on).
 Two tree cores exist behind `tree_cache.tree_core`, picked by sglang at start-up
 (`SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`, default `rust`; sglang falls back to `python` for
 session radix cache and custom components):
@@ -61,10 +62,18 @@ class UnsupportedCache(Exception):
     """The scheduler's tree cache is not a 0.5.23 UnifiedRadixCache with a MAMBA component."""
 
 
-def supports(tree_cache: Any) -> bool:
-    """Whether this adapter can read `tree_cache` (feature detection, not version strings)."""
+def refusal(tree_cache: Any) -> str:
+    """Why this adapter cannot read `tree_cache`, "" when it can (feature detection, not
+    version strings)."""
     components = getattr(tree_cache, "components", None)
-    return hasattr(tree_cache, "tree_core") and isinstance(components, dict) and MAMBA in components
+    if not (hasattr(tree_cache, "tree_core") and isinstance(components, dict) and MAMBA in components):
+        return f"{type(tree_cache).__name__} is not a UnifiedRadixCache with a MAMBA component"
+    if not is_python_core(tree_cache) and not hasattr(tree_cache.tree_core, "collect_path_info"):
+        return (
+            "this sglang's Rust tree core has no collect_path_info (sglang 0.5.21), so no request path "
+            "can be read; set SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python"
+        )
+    return ""
 
 
 def is_python_core(tree_cache: Any) -> bool:

@@ -120,8 +120,9 @@ class Capture:
 
     def __init__(self, scheduler: Any, sink: EventSink, generation: Generation = UNIFIED_TREE_CORE) -> None:
         tree_cache = scheduler.tree_cache
-        if not generation.supports(tree_cache):
-            raise UnsupportedCache(f"{type(tree_cache).__name__} is not a cache the {generation.name} adapter reads")
+        refusal = generation.refusal(tree_cache)
+        if refusal:
+            raise UnsupportedCache(f"the {generation.name} adapter cannot read this cache: {refusal}")
         self.scheduler = scheduler
         self.sink = sink
         self.tree_cache = tree_cache

@@ -95,21 +95,24 @@ class _CacheHooks:
         self.sink = sink
 
     def matched(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self.sink.checkpointing is not None:  # 0.5.21: a chunk checkpoint's rematch, not an admission
+            return
         req = _arg(args, kwargs, 0, "params").req
         if req is not None:
             self.sink.request = req
         cow = req.kv.mamba_cow_src_index if req is not None else None
+        hit_len = ret.device_prefix_len if hasattr(ret, "device_prefix_len") else len(ret.device_indices)  # 0.5.21
         self.sink.emit(
             MatchEvent,
             rid=Rid(req.rid if req is not None else ""),
-            hit_len=int(ret.device_prefix_len),
+            hit_len=int(hit_len),
             node=NodeId(ret.last_device_node),
             cow_source=DeferredSlot(cow),
         )
 
     def locked(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         node_id = _arg(args, kwargs, 0, "node_id")
-        if ret is None:  # a streaming session's virtual node
+        if ret is None or not isinstance(node_id, int):  # a streaming session's virtual node
             return
         sink = self.sink
         req = sink.checkpointing
@@ -124,6 +127,14 @@ class _CacheHooks:
         owner = next((r for r in (self.sink.checkpointing, self.sink.request) if r is not None and r.lock is lock), None)
         rid = Rid(owner.rid if owner is not None else "")
         self.sink.emit(LockEvent, node=NodeId(lock.node), rid=rid, locked=False)
+
+    def lock_ref_dropping(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        """0.5.21: `dec_lock_ref(node_id, params)`; a request's lock is the one on its last_node."""
+        node_id = _arg(args, kwargs, 0, "node_id")
+        if not isinstance(node_id, int):  # a streaming session's virtual node
+            return
+        owner = next((r for r in (self.sink.checkpointing, self.sink.request) if r is not None and r.last_node == node_id), None)
+        self.sink.emit(LockEvent, node=NodeId(node_id), rid=Rid(owner.rid if owner is not None else ""), locked=False)
 
     def releasing_row(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         self.sink.request = _arg(args, kwargs, 0, "req")  # lock attribution
@@ -164,7 +175,9 @@ class _CacheHooks:
         donated = component.cache.enable_mamba_extra_buffer and component.int8_ckpt_pool is None
         index = -1
         if donated:
-            index = _opt(params.mamba_keep_idx if is_finished else req.kv.mamba_last_track_idx)
+            # 0.5.21 has no mamba_keep_idx: its cleanup keeps the last tracked index.
+            keep = getattr(params, "mamba_keep_idx", req.kv.mamba_last_track_idx)
+            index = _opt(keep if is_finished else req.kv.mamba_last_track_idx)
         self.sink.emit(
             InsertEvent,
             rid=Rid(req.rid),

@@ -10,10 +10,13 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 
 | generation | releases tested | tree | read by |
 |---|---|---|---|
-| unified-tree-core | 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python or Rust core) | adapter_0523, pools_0523, hooks_0523 |
+| unified-tree-core | 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
 
-Not supported (README "sglang releases"): 0.5.16-0.5.21 (UnifiedRadixCache without
-`lock` / `checkpoint_into_tree`, request fields elsewhere) and 0.5.12-0.5.15 (MambaRadixCache).
+0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
+for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `device_prefix_len`,
+`mamba_keep_idx`, `mamba_prev_track_seqlen`). Not supported (README "sglang releases"):
+0.5.16-0.5.20 (UnifiedRadixCache releasing requests through `cache_finished_req`, no
+`claim_kv_row` / `on_release`) and 0.5.12-0.5.15 (MambaRadixCache).
 """
 
 from __future__ import annotations
@@ -66,14 +69,15 @@ class Generation:
     """The sglang releases it is tested on (`make demo SGLANG=X`)."""
     hooks: tuple[Hook, ...]
     required: tuple[str, ...]
-    """Targets without which the generation does not fit this sglang."""
+    """Targets without which (and without their rows' fallbacks) the generation does not fit."""
     adapter: str
-    """Its tree adapter module: `supports(tree_cache)` and `tree_view(tree_cache)`."""
+    """Its tree adapter module: `refusal(tree_cache)` and `tree_view(tree_cache)`."""
     pools_reader: str
     """Its pools-and-requests module (the functions and readers of pools_0523)."""
 
-    def supports(self, tree_cache: Any) -> bool:
-        return bool(self._module(self.adapter).supports(tree_cache))
+    def refusal(self, tree_cache: Any) -> str:
+        """Why the adapter cannot read `tree_cache` ("" when it can)."""
+        return str(self._module(self.adapter).refusal(tree_cache))
 
     def tree_view(self, tree_cache: Any) -> TreeView:
         return self._module(self.adapter).tree_view(tree_cache)
@@ -89,12 +93,13 @@ class Generation:
 
 UNIFIED_TREE_CORE = Generation(
     name="unified-tree-core",
-    releases=("0.5.22", "0.5.23"),
+    releases=("0.5.21", "0.5.22", "0.5.23"),
     hooks=HOOKS,
     required=tuple(
         h.target
         for h in HOOKS
-        if h.kind == "scheduler" or h.body in ("cache.inserting", "cache.locked", "cache.checkpoint", "pools.allocated")
+        if h.kind == "scheduler"
+        or h.body in ("cache.inserting", "cache.locked", "cache.checkpoint", "cache.releasing_row", "cache.released", "pools.allocated")
     ),
     adapter="adapter_0523",
     pools_reader="pools_0523",
@@ -160,11 +165,16 @@ def resolve(generation: Generation) -> Selection:
     return Selection(generation, tuple(hooks), tuple(skipped))
 
 
+def _resolves_or_falls_back(generation: Generation, target: str) -> bool:
+    rows = [h for h in generation.hooks if h.target == target]
+    return any(resolves(h.target) for row in rows for h in (row, *row.fallbacks))
+
+
 def select() -> Selection | Unsupported:
     """The first generation whose required hooks all exist in the installed sglang."""
     tried = []
     for generation in GENERATIONS:
-        missing = [t for t in generation.required if not resolves(t)]
+        missing = [t for t in generation.required if not _resolves_or_falls_back(generation, t)]
         if missing:
             tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
             continue

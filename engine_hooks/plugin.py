@@ -85,6 +85,14 @@ def _start(config: HooksConfig, sink: Any, state_log: Any, selection: Any) -> An
         from .inspector import Inspector
 
         global inspector
+        refusal = selection.generation.refusal(scheduler.tree_cache)
+        if refusal:  # the hooks stay registered; with no step observed they return at their first frame
+            from .unsupported import UnsupportedInspector
+
+            sink.observed = False
+            logger.warning("mcinspect: %s; the engine runs untouched", refusal)
+            inspector = UnsupportedInspector(scheduler, config, refusal)
+            return
         inspector = Inspector(scheduler, config, errors, sink, state_log, selection)
         logger.warning(
             "mcinspect: scheduler pid %d on %s, requests :%d, stream :%d",

@@ -7,9 +7,9 @@ Where each piece lives (checked against the 0.5.23 source):
   prefill batch is merged into `running_batch` only on the next iteration, and the batch whose
   forward is in flight sits in `result_queue`); `waiting_queue`;
 - a request's mamba fields: `req.kv` (`ReqKvInfo`): `mamba_pool_idx` (working slot),
-  `mamba_ping_pong_track_buffer` (1 or 2 slot ids, -1 empty), `mamba_ping_pong_empty`,
+  `mamba_ping_pong_track_buffer` (1 or 2 slot ids, -1 empty), `mamba_ping_pong_empty` (0.5.23),
   `mamba_next_track_idx`, `mamba_last_track_idx`, `mamba_last_track_seqlen`,
-  `mamba_prev_track_seqlen`, `mamba_cow_src_index`, `mamba_needs_clear`; its KV row
+  `mamba_prev_track_seqlen` (0.5.22 on), `mamba_cow_src_index`, `mamba_needs_clear`; its KV row
   `req_to_token_pool.req_to_token[req.kv.req_pool_idx]`;
 - streaming sessions keep slots between turns: `tree_cache.session_records()` (sid -> ReqKvInfo);
 - the mamba free list: `req_to_token_pool.mamba_allocator.free_slots` (slots 1..size, 0 is a
@@ -175,7 +175,7 @@ def _claims(rid: Rid, kv: Any, working: list[int], ping_pong: list[int], cow: li
         if empty[index] or slot < 0:
             continue
         is_last = index == last
-        seqlen = kv.mamba_last_track_seqlen if is_last else kv.mamba_prev_track_seqlen
+        seqlen = kv.mamba_last_track_seqlen if is_last else getattr(kv, "mamba_prev_track_seqlen", None)
         yield SlotClaim(SlotId(slot), "ping_pong", rid=rid, ping_pong_index=index, last_tracked=is_last, seqlen=_opt(seqlen))
     if cow:
         yield SlotClaim(SlotId(cow[0]), "cow_source", rid=rid)
@@ -190,7 +190,7 @@ def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) 
         row=_opt(kv.req_pool_idx),
         prompt_len=len(req.origin_input_ids),
         output_len=len(req.output_ids),
-        prefix_len=int(req.prefix_len),
+        prefix_len=prefix_len(req),
         cache_protected_len=kv.cache_protected_len,
         committed_len=kv.kv_committed_len,
         allocated_len=kv.kv_allocated_len,
@@ -201,13 +201,20 @@ def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) 
         next_track_idx=_opt(kv.mamba_next_track_idx),
         last_track_idx=_opt(kv.mamba_last_track_idx),
         last_track_seqlen=_opt(kv.mamba_last_track_seqlen),
-        prev_track_seqlen=_opt(kv.mamba_prev_track_seqlen),
+        prev_track_seqlen=_opt(getattr(kv, "mamba_prev_track_seqlen", None)),
         cow_source=SlotId(cow[0] if cow else -1),
         needs_clear=bool(kv.mamba_needs_clear),
         kv_runs=kv_runs,
         working_mirror=SlotId(working_mirror[0] if working_mirror else -1),
         ping_pong_mirror=[SlotId(slot) for slot in ping_pong_mirror],
     )
+
+
+def prefix_len(req: Any) -> int:
+    """Tokens of the request already in its row (0.5.21 has no `prefix_len`: its matched
+    and checkpointed prefix is `prefix_indices`)."""
+    value = getattr(req, "prefix_len", None)
+    return int(value) if value is not None else len(req.prefix_indices)
 
 
 def claims_for_slot(

@@ -94,6 +94,10 @@ class _IsolatedTree:
         assert req.prefix_len == 0, "a reference request matches nothing"
         return torch.empty((0,), dtype=torch.int64, device=self.token_to_kv_pool_allocator.device)
 
+    def is_chunk_cache(self) -> bool:
+        """sglang 0.5.21's name for "shares no prefixes" (its eviction gate before alloc)."""
+        return True
+
     def maybe_hand_to_session(self, req: Any) -> None:
         """No session keeps a reference request."""
 
@@ -146,8 +150,12 @@ class ReferencePrefill:
         params.normalize(None)
         vocab = self.scheduler.model_config.vocab_size
         req = Req(f"{RID_PREFIX}{next(_counter)}", "", array("q", tokens), params, vocab_size=vocab)
-        req.refresh_fill_ids()
-        req.extend_end = len(tokens)  # the whole prefix in one extend (prefix_len stays 0)
+        refresh = getattr(req, "refresh_fill_ids", None) or req._refresh_fill_ids  # 0.5.21's name
+        refresh()
+        if hasattr(req, "set_extend_range"):  # sglang 0.5.21
+            req.set_extend_range(0, len(tokens))
+        else:
+            req.extend_end = len(tokens)  # the whole prefix in one extend (prefix_len stays 0)
         kv = req.kv
         # The dummy slot as working and track slots: alloc() takes no slot for a request that
         # holds them already; the forward's deferred clear zeroes it first.

@@ -1,4 +1,5 @@
-"""Every change the embedded CPU engine makes to sglang 0.5.23, each with its reason.
+"""Every change the embedded CPU engine makes to sglang (0.5.23; 0.5.21 and 0.5.22 where they
+differ), each with its reason.
 
 This is the one place where mcinspect alters sglang. It runs only in processes of the
 embedded CPU engine: the launcher calls `install()` in its own process and sets
@@ -56,8 +57,12 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
     patches: dict[str, dict[str, Any]] = {
         # Reason: extra_buffer is refused on CPU by a platform check, yet the CPU engine runs
         # its state tracking fine with the torch ops below; mcinspect needs that strategy.
-        # (sglang <= 0.5.21 checks elsewhere: there, no replacement, extra_buffer stays refused.)
-        "sglang.srt.arg_groups.mamba_hook": {"_platform_supports_mamba_cache_extra_buffer": _IfPresent(_true)},
+        # sglang 0.5.21 asserts the platform inline in validate_mamba_extra_buffer instead (the
+        # function 0.5.22 factored out is absent): its validator runs with a platform that says yes.
+        "sglang.srt.arg_groups.mamba_hook": {
+            "_platform_supports_mamba_cache_extra_buffer": _IfPresent(_true),
+            "validate_mamba_extra_buffer": _Wrap(_validated_as_on_cuda, unless="_platform_supports_mamba_cache_extra_buffer"),
+        },
         # Reason: gated RMSNorm takes the sgl_kernel CPU op only on AMX hosts, else a Triton
         # kernel that needs a GPU; our torch op stands in for the CPU op on every host.
         "sglang.kernels.ops.attention.fla.fused_norm_gate": {"_use_cpu": True},
@@ -65,6 +70,14 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
         # Reason: sglang <= 0.5.22 builds the decode track plan with torch.tensor(...,
         # pin_memory=True), which CPU-only torch refuses; this module's `torch` drops the hint.
         "sglang.srt.managers.schedule_batch": {"torch": _torch_without_pinning()},
+    }
+    # Reason: sglang 0.5.21's paged KV allocator launches its Triton page-allocation kernels on
+    # every device (0.5.22 imports `current_platform` there to take torch fallbacks on a CPU).
+    from mcinspect_kernels.cpu_ops.paged_alloc import alloc_decode_kernel_cpu, alloc_extend_kernel_cpu
+
+    patches["sglang.srt.mem_cache.allocator.paged"] = {
+        "alloc_extend_kernel": _Wrap(lambda module, kernel: alloc_extend_kernel_cpu, unless="current_platform"),
+        "alloc_decode_kernel": _Wrap(lambda module, kernel: alloc_decode_kernel_cpu, unless="current_platform"),
     }
     # Reason: mamba state-tracking copies, the MoE shared-expert gate and Mamba2's SSD scan
     # and decode update are Triton-only on a non-AMX CPU; torch versions with the same
@@ -80,6 +93,27 @@ def _padded_rows_seq_len(self: Any) -> int:
 
 def _true() -> bool:
     return True
+
+
+def _validated_as_on_cuda(module: types.ModuleType, validate: Callable[..., Any]) -> Callable[..., Any]:
+    """`validate` with the module's `get_platform` answering `is_cuda` True during the call (its
+    one platform read is the assertion; every other check of the validator runs as written)."""
+    get_platform = module.get_platform
+
+    class SnapshotCapable:
+        is_cuda = True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(get_platform(), name)
+
+    def validate_on_cpu(*args: Any, **kwargs: Any) -> Any:
+        module.get_platform = SnapshotCapable  # type: ignore[attr-defined]
+        try:
+            return validate(*args, **kwargs)
+        finally:
+            module.get_platform = get_platform  # type: ignore[attr-defined]
+
+    return validate_on_cpu
 
 
 def _torch_without_pinning() -> types.ModuleType:
@@ -264,6 +298,14 @@ class _IfPresent:
         self.value = value
 
 
+class _Wrap:
+    """A replacement `wrap(module, original)`, applied only where the module lacks `unless`."""
+
+    def __init__(self, wrap: Callable[[types.ModuleType, Any], Any], unless: str) -> None:
+        self.wrap = wrap
+        self.unless = unless
+
+
 class _IfAbsent:
     """A definition made only where the release lacks the attribute (a later one may have it)."""
 
@@ -276,6 +318,10 @@ def _set_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
         if isinstance(value, _IfPresent):
             if hasattr(module, name):
                 setattr(module, name, value.value)
+            continue
+        if isinstance(value, _Wrap):
+            if not hasattr(module, value.unless):
+                setattr(module, name, value.wrap(module, getattr(module, name)))
             continue
         if not hasattr(module, name):  # sglang moved it: fail loudly rather than run unpatched
             raise AttributeError(f"mcinspect CPU engine: {module.__name__}.{name} is gone; the patch needs updating")

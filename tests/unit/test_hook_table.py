@@ -34,3 +34,41 @@ def test_feature_detection_picks_the_generation_with_nothing_skipped() -> None:
     assert selection.generation is UNIFIED_TREE_CORE
     assert selection.skipped == () and selection.skipped_line() == ""
     assert selection.hooks == HOOKS  # 0.5.23 has every primary target: no fallback used
+
+
+RELEASE_0521 = {
+    "absent": ("lock", "unlock", "checkpoint_into_tree", "_apply_eviction_result"),
+    "added": ("cache_unfinished_req", "_free_values"),
+}
+
+
+def _as_release(monkeypatch, absent: tuple[str, ...], added: tuple[str, ...]) -> None:
+    """This sglang, as a release whose UnifiedRadixCache lacks the `absent` methods and has the
+    `added` ones (0.5.21's shape, 0.5.20's)."""
+    from mcinspect_engine_hooks import generations
+
+    real = generations.resolves
+
+    def resolves(target: str) -> bool:
+        method = target.rsplit(".", 1)[-1]
+        return method not in absent and (method in added or real(target))
+
+    monkeypatch.setattr(generations, "resolves", resolves)
+
+
+def test_a_release_without_lock_unlock_and_checkpoint_into_tree_fits_through_their_fallbacks(monkeypatch) -> None:
+    _as_release(monkeypatch, **RELEASE_0521)
+    selection = select()
+    assert isinstance(selection, Selection) and selection.skipped == ()
+    used = {h.target.rsplit(".", 1)[-1]: h.body for h in selection.hooks}
+    assert used["inc_lock_ref"] == "cache.locked" and used["dec_lock_ref"] == "cache.lock_ref_dropping"
+    assert used["cache_unfinished_req"] == "cache.checkpoint" and used["_free_values"] == "cache.values_freed"
+    assert not {"lock", "unlock", "checkpoint_into_tree"} & used.keys()
+
+
+def test_a_release_that_releases_requests_elsewhere_is_refused_naming_what_it_lacks(monkeypatch) -> None:
+    _as_release(monkeypatch, RELEASE_0521["absent"] + ("claim_kv_row", "on_release"), RELEASE_0521["added"])  # 0.5.20
+    selection = select()
+    assert not isinstance(selection, Selection)
+    assert "claim_kv_row" in selection.reason and "on_release" in selection.reason
+    assert "it reads 0.5.21, 0.5.22, 0.5.23" in selection.reason

@@ -12,7 +12,7 @@ from mcinspect.cli import app
 from mcinspect_engine_hooks.config import HooksConfig
 from mcinspect_engine_hooks.unsupported import UnsupportedInspector
 
-REASON = "sglang 0.5.21 is not supported by mcinspect (it reads 0.5.22, 0.5.23); no generation fits: unified-tree-core (lacks ...)"
+REASON = "sglang 0.5.20 is not supported by mcinspect (it reads 0.5.21, 0.5.22, 0.5.23); no generation fits: unified-tree-core (lacks ...)"
 
 
 def _free_port_pair() -> int:
@@ -36,3 +36,19 @@ def test_info_and_snapshot_say_why_in_one_line(tmp_path, monkeypatch) -> None:
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and REASON in lines[0], result.output
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_rust_tree_core_without_path_info_is_refused_with_the_way_out() -> None:
+    """sglang 0.5.21's Rust core has no collect_path_info: no request path can be read."""
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    from mcinspect_engine_hooks.generations import UNIFIED_TREE_CORE
+
+    def cache(core: object) -> SimpleNamespace:
+        return SimpleNamespace(tree_core=core, components={ComponentType.MAMBA: object()})
+
+    rust_0521 = cache(SimpleNamespace(all_mamba_values_flatten=lambda: None))
+    assert "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python" in UNIFIED_TREE_CORE.refusal(rust_0521)
+    assert UNIFIED_TREE_CORE.refusal(cache(SimpleNamespace(collect_path_info=lambda ids: []))) == ""
+    assert UNIFIED_TREE_CORE.refusal(cache(SimpleNamespace(_node_arena={}))) == ""
+    assert "not a UnifiedRadixCache" in UNIFIED_TREE_CORE.refusal(SimpleNamespace())

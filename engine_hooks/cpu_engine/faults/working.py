@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...pools_0523 import prefix_len
 from .base import EXTRA_BUFFER_STRATEGIES, SRT, Fault, Hook, log_faulty_action
 
 SCHEDULE_BATCH = SRT + "managers.schedule_batch.ScheduleBatch"
@@ -25,11 +26,19 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
     (the grids extra_buffer tracks on)."""
     from sglang.srt.runtime_context import mamba_checkpoint_grid, mamba_track_grid
 
-    if req.extend_len >= mamba_checkpoint_grid(page_size):
+    extend_len, extend_end = _extend(req)
+    if extend_len >= mamba_checkpoint_grid(page_size):
         return False
     grid = mamba_track_grid(page_size)
-    end = req.extend_end + int(req.sampling_params.max_new_tokens or 0)
-    return end // grid == req.extend_end // grid
+    end = extend_end + int(req.sampling_params.max_new_tokens or 0)
+    return end // grid == extend_end // grid
+
+
+def _extend(req: Any) -> tuple[int, int]:
+    """(extend length, extend end) of the request's current extend (0.5.21: its `extend_range`)."""
+    if hasattr(req, "extend_range"):
+        return req.extend_range.length, req.extend_range.end
+    return req.extend_len, req.extend_end
 
 
 def drop_copy_on_write(original: Callable[..., Any], batch: Any, reqs: Any) -> Any:
@@ -39,7 +48,7 @@ def drop_copy_on_write(original: Callable[..., Any], batch: Any, reqs: Any) -> A
     the deferred copy is not carried to the next forward (#24954): the working slot keeps what
     its previous owner left there."""
     page = batch.tree_cache.page_size
-    victims = [r for r in reqs if r.kv.mamba_cow_src_index is not None and r.prefix_len > 0 and _caches_nothing(r, page)]
+    victims = [r for r in reqs if r.kv.mamba_cow_src_index is not None and prefix_len(r) > 0 and _caches_nothing(r, page)]
     result = original(batch, reqs)
     if not victims or batch.mamba_cow_dst_indices is None:
         return result
