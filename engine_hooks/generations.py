@@ -11,9 +11,11 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 | generation | releases tested | tree | read by |
 |---|---|---|---|
 | unified-tree-core | 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python or Rust core) | adapter_0523, pools_0523, hooks_0523 |
+| mamba-radix-cache | 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 Not supported (README "sglang releases"): 0.5.16-0.5.21 (UnifiedRadixCache without
-`lock` / `checkpoint_into_tree`, request fields elsewhere) and 0.5.12-0.5.15 (MambaRadixCache).
+`lock` / `checkpoint_into_tree`, request fields elsewhere) and releases before 0.5.12 (no
+HookRegistry).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 
 from mcinspect.schema import NodeId, NodeRecord
 
+from . import hooks_mrc
 from .hooks_0523 import HOOKS, Hook
 
 
@@ -99,7 +102,19 @@ UNIFIED_TREE_CORE = Generation(
     adapter="adapter_0523",
     pools_reader="pools_0523",
 )
-GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE,)
+MAMBA_RADIX_CACHE = Generation(
+    name="mamba-radix-cache",
+    releases=("0.5.15",),
+    hooks=hooks_mrc.HOOKS,
+    required=tuple(
+        h.target
+        for h in hooks_mrc.HOOKS
+        if h.kind == "scheduler" or h.body in ("mrc.inserted", "mrc.locked", "cache.checkpoint", "pools.allocated")
+    ),
+    adapter="adapter_mrc",
+    pools_reader="pools_0523",  # the same readers: a request's fields through req_kv.kv_of
+)
+GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE, MAMBA_RADIX_CACHE)
 
 
 @dataclass(frozen=True)

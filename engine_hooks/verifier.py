@@ -56,6 +56,7 @@ from mcinspect_kernels.fingerprint import fingerprint_slots
 from . import extensions
 from .config import HooksConfig
 from .reference import NoRoom, ReferenceRefused
+from .req_kv import kv_of
 from .state_log import CachedState, StateLog
 from .verify_budget import VerifyBudget
 from .verify_oracles import Distances, EngineOracle, TensorOracle
@@ -359,7 +360,7 @@ class Verifier:
         best = None
         extend = 0 if mode.is_extend() else 1
         for req, seqlen in zip(batch.reqs, lens.tolist()):
-            if req.finished() or not req.kv.holds_mamba or seqlen <= 0:
+            if req.finished() or not kv_of(req).holds_mamba or seqlen <= 0:
                 continue
             if self._working_seen.get(req.rid, 0) >= MAX_WORKING_CHECKS:
                 continue
@@ -371,7 +372,7 @@ class Verifier:
         if best is None:
             return None
         _, req, seqlen = best
-        return req, int(req.kv.mamba_pool_idx), seqlen, "extend" if mode.is_extend() else "decode"
+        return req, int(kv_of(req).mamba_pool_idx), seqlen, "extend" if mode.is_extend() else "decode"
 
     def _verify_working(self, pick: tuple[Any, int, int, str], step: Step, idle: bool) -> None:
         req, slot, seqlen, forward = pick
