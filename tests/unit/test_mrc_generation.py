@@ -16,7 +16,6 @@ from typing import Any  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import factory  # noqa: E402
 from mcinspect.checks import StepView, check_step  # noqa: E402
 from mcinspect.schema import NodeId  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
@@ -25,6 +24,8 @@ from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_engine_hooks.hooks_mrc import HOOKS  # noqa: E402
 from mcinspect_engine_hooks.req_kv import FlatKv, kv_of, node_id_of, prefix_len_of  # noqa: E402
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
+
+import factory  # noqa: E402
 
 
 def test_every_row_binds_to_a_body_and_the_generation_comes_after_0_5_23s() -> None:
