@@ -85,7 +85,7 @@ class MrcHooks:
             rid=Rid(req.rid if req is not None else ""),
             hit_len=len(ret.device_indices),
             node=NodeId(ret.last_device_node.id),
-            cow_source=DeferredSlot(req.mamba_cow_src_index if req is not None else None),
+            cow_source=DeferredSlot(getattr(req, "mamba_cow_src_index", None)),  # none on 0.5.12
         )
 
     def _owner(self, node: Any) -> Any:

@@ -16,6 +16,7 @@ from .hooks_0523 import MODEL_RUNNER, REQ, SCHEDULE_BATCH, SCHEDULER, Hook
 
 MRC = "mem_cache.mamba_radix_cache.MambaRadixCache"
 MAMBA_ALLOCATOR = "mem_cache.allocator.mamba.MambaSlotAllocator"
+MAMBA_POOL = "mem_cache.memory_pool.MambaPool"
 
 _EVICTIONS = "eviction counts in stats; the EvictEvent's nodes, slots and tokens"
 
@@ -33,8 +34,10 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{MRC}.cache_finished_req", "around", "mrc.finish", "around", "the request a release's insert and unlock belong to; RequestEvent finish", "finish events, the request of a release's unlock"),
     Hook(f"{MRC}.cache_unfinished_req", "around", "cache.checkpoint", "around", "which request a chunk checkpoint's insert and lock moves belong to", "the request of a checkpoint's lock moves"),
     Hook(f"{MRC}.evict", "around", "cache.evict", "around", "one EvictEvent per outermost eviction: nodes, slots, tokens", "EvictEvents"),
-    Hook(f"{MAMBA_ALLOCATOR}._do_alloc", "after", "pools.allocated", "observed", "SlotEvent alloc", "SlotEvents"),
-    Hook(f"{MAMBA_ALLOCATOR}.free", "before", "pools.freeing", "observed", "SlotEvent free", "SlotEvents"),
+    Hook(f"{MAMBA_ALLOCATOR}._do_alloc", "after", "pools.allocated", "observed", "SlotEvent alloc", "SlotEvents",
+         fallbacks=(Hook(f"{MAMBA_POOL}.alloc", "after", "pools.allocated", "observed", "0.5.12: the pool allocates its own slots", "SlotEvents"),)),
+    Hook(f"{MAMBA_ALLOCATOR}.free", "before", "pools.freeing", "observed", "SlotEvent free", "SlotEvents",
+         fallbacks=(Hook(f"{MAMBA_POOL}.free", "before", "pools.freeing", "observed", "0.5.12: the pool frees its own slots", "SlotEvents"),)),
     Hook(f"{MAMBA_ALLOCATOR}.alloc_group_begin", "before", "pools.group_begin", "observed", "an admission group opens: its pre-allocated slots", "admission-group slots show as unowned"),
     Hook(f"{MAMBA_ALLOCATOR}.alloc_group_end", "after", "pools.group_end", "observed", "the admission group closed", "admission-group slots show as unowned"),
     Hook(f"{SCHEDULE_BATCH}.prepare_for_extend", "before", "pools.admitting", "observed", "RequestEvent admit (requests without a KV row yet)", "admit events"),

@@ -235,11 +235,18 @@ def claims_for_slot(
 
 def free_mamba_slots(req_to_token_pool: Any) -> torch.Tensor:
     """The mamba allocator's free list (int64 tensor of slot ids)."""
-    return req_to_token_pool.mamba_allocator.free_slots
+    return mamba_allocator(req_to_token_pool).free_slots
 
 
 def mamba_pool_size(req_to_token_pool: Any) -> int:
-    return int(req_to_token_pool.mamba_allocator.size)
+    return int(mamba_allocator(req_to_token_pool).size)
+
+
+def mamba_allocator(req_to_token_pool: Any) -> Any:
+    """What hands out mamba slots (`alloc`, `free`, `free_slots`, `size`): the pool's
+    MambaSlotAllocator, or on sglang 0.5.12 the MambaPool itself."""
+    allocator = getattr(req_to_token_pool, "mamba_allocator", None)
+    return allocator if allocator is not None else req_to_token_pool.mamba_pool
 
 
 class KvReader:

@@ -41,6 +41,8 @@ class FlatKv:
         self.req = req
 
     def __getattr__(self, name: str) -> Any:
+        if name in _ABSENT:  # 0.5.12 copies a hit's state at the match: no deferred copy fields
+            return getattr(self.req, name, _ABSENT[name])
         return getattr(self.req, name)
 
     @property
@@ -63,6 +65,9 @@ class FlatKv:
         if len(buffer) != 2 or _lazy():
             return int(following)
         return 1 - int(following)
+
+
+_ABSENT = {"mamba_cow_src_index": None, "mamba_needs_clear": False}
 
 
 def _lazy() -> bool:

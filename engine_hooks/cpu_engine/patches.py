@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .patches_mrc import WRAPPERS
+from .patches_mrc import REPLACEMENTS, WRAPPERS
 
 ENV_FLAG = "MCINSPECT_CPU_ENGINE"
 """Set to "1" in the embedded CPU engine's processes; nothing is patched otherwise."""
@@ -76,6 +76,8 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
     # Reason: in each patches_mrc entry (sglang 0.5.12-0.5.15: MambaRadixCache releases).
     for module, wrappers in WRAPPERS.items():
         patches.setdefault(module, {}).update({name: _WrapIfPresent(wrap) for name, wrap in wrappers.items()})
+    for module, attrs in REPLACEMENTS.items():
+        patches.setdefault(module, {}).update({name: _IfPresent(value) for name, value in attrs.items()})
     return patches
 
 

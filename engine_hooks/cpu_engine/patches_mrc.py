@@ -30,6 +30,57 @@ def validate_extra_buffer_off_gpu(original: Callable[..., Any]) -> Callable[...,
     return validate
 
 
+class _Launch:
+    """Stands in for a Triton kernel launched as `kernel[grid](...)`: runs `fn` once."""
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self.fn = fn
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return self.fn
+
+
+def _alloc_extend(prefix_lens: Any, seq_lens: Any, last_loc: Any, free_pages: Any, out: Any, _bs: int, page_size: int) -> None:
+    """The paged KV allocator's extend kernel in torch: each request fills the rest of its last
+    page, then whole new pages, then a partial one, new pages taken in order from `free_pages`
+    (sglang's own `alloc_extend_naive`, which these releases do not call)."""
+    import torch
+
+    positions = torch.arange(page_size, device=out.device)
+    page_start = 0
+    token = 0
+    for prefix, seq, last in zip(prefix_lens.tolist(), seq_lens.tolist(), last_loc.tolist()):
+        in_last_page = min(seq, -(-prefix // page_size) * page_size) - prefix
+        out[token : token + in_last_page] = last + 1 + positions[:in_last_page]
+        new_pages = -(-seq // page_size) - -(-prefix // page_size)
+        rest = seq - prefix - in_last_page
+        if rest:
+            pages = free_pages[page_start : page_start + new_pages]
+            out[token + in_last_page : token + in_last_page + rest] = (pages.view(-1, 1) * page_size + positions).view(-1)[:rest]
+        page_start += new_pages
+        token += seq - prefix
+
+
+def _alloc_decode(seq_lens: Any, last_loc: Any, free_pages: Any, out: Any, _bs: int, page_size: int) -> None:
+    """The decode kernel in torch: a request whose new token starts a page takes the next free
+    page (in batch order), the others the slot after their last one."""
+    import torch
+
+    starts_page = (seq_lens - 1) % page_size == 0
+    rank = torch.cumsum(starts_page.to(torch.int64), 0) - 1
+    pages = free_pages[rank.clamp(min=0)] if len(free_pages) else torch.zeros_like(rank)
+    out.copy_(torch.where(starts_page, pages * page_size, last_loc + 1))
+
+
+PAGED_KERNELS = {"alloc_extend_kernel": _Launch(_alloc_extend), "alloc_decode_kernel": _Launch(_alloc_decode)}
+REPLACEMENTS: dict[str, dict[str, Any]] = {
+    # Reason: the paged KV allocator of these releases launches Triton kernels on every device
+    # (later ones take torch versions on CPU); a CPU-only Triton has no driver to launch them.
+    "sglang.srt.mem_cache.triton_ops.allocator": PAGED_KERNELS,  # 0.5.13-0.5.15
+    "sglang.srt.mem_cache.allocator": PAGED_KERNELS,  # 0.5.12 (a module; a package later)
+}
+"""Module -> {attribute: replacement}, applied where the module has the attribute."""
+
 WRAPPERS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "sglang.srt.server_args": {"ServerArgs._validate_mamba_extra_buffer": validate_extra_buffer_off_gpu},
 }

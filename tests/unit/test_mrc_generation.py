@@ -147,3 +147,31 @@ def test_the_real_mamba_radix_cache_keeps_its_lru_in_order_and_the_check_sees_it
     lru.reset_node_mru(oldest)  # moved to the front without an access: #12007's disagreement
     found = _records_check(cache)
     assert len(found) == 1 and found[0].nodes[0] == oldest.id, found
+
+
+def test_the_paged_allocator_kernels_in_torch_equal_sglangs_own() -> None:
+    """patches_mrc's stand-ins for the Triton kernels 0.5.12-0.5.15 launch on every device,
+    against sglang's torch versions (0.5.23's, same signatures)."""
+    import random
+
+    from sglang.srt.mem_cache.allocator import paged
+
+    from mcinspect_engine_hooks.cpu_engine.patches_mrc import _alloc_decode, _alloc_extend
+
+    rng = random.Random(0)
+    for _ in range(200):
+        page, bs = rng.choice([1, 4, 16]), rng.randint(1, 5)
+        prefix = [rng.randint(0, 40) for _ in range(bs)]
+        seq = [p + rng.randint(1, 50) for p in prefix]
+        last = torch.tensor([rng.randint(0, 100) * page + (p - 1) % page if p else -1 for p in prefix])
+        free = torch.randperm(2000)[:1000] + 1
+        want, got = (torch.empty(sum(seq) - sum(prefix), dtype=torch.int64) for _ in range(2))
+        paged.alloc_extend_naive(torch.tensor(prefix), torch.tensor(seq), last, free, want, page, "cpu")
+        _alloc_extend(torch.tensor(prefix), torch.tensor(seq), last, free, got, 8, page)
+        assert torch.equal(want, got)
+        lens = torch.tensor([rng.randint(1, 60) for _ in range(bs)])
+        new_pages = int(((lens - 1) % page == 0).sum())
+        want, got = (torch.empty(bs, dtype=torch.int64) for _ in range(2))
+        paged.alloc_decode_naive(lens, last, free, want, page, new_pages)
+        _alloc_decode(lens, last, free, got, 8, page)
+        assert torch.equal(want, got)
