@@ -117,7 +117,11 @@ class Inspector:
             verify=config.verify,
             verify_share=config.verify_share,
             verify_rate=config.verify_rate,
-            track_writes="" if not config.track_writes else "extend" if _decode_graphs(scheduler) else "all",
+            track_writes=""
+            if not config.track_writes or not any(h.kind == "write" for h in selection.hooks)
+            else "extend"
+            if _decode_graphs(scheduler)
+            else "all",
             hooks_generation=selection.generation.name,
             hooks_skipped=tuple(h.target for h in selection.skipped),
         )

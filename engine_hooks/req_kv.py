@@ -60,7 +60,7 @@ class FlatKv:
         under extra_buffer_lazy (whose second entry stays -1 until a boundary)."""
         req = self.req
         buffer, following = req.mamba_ping_pong_track_buffer, req.mamba_next_track_idx
-        if buffer is None or following is None or req.mamba_last_track_seqlen is None:
+        if buffer is None or following is None:
             return None
         if len(buffer) != 2 or _lazy():
             return int(following)

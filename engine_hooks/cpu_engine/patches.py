@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .patches_mrc import REPLACEMENTS, WRAPPERS
+from .patches_mrc import NOT_YET, REPLACEMENTS, WRAPPERS
 
 ENV_FLAG = "MCINSPECT_CPU_ENGINE"
 """Set to "1" in the embedded CPU engine's processes; nothing is patched otherwise."""
@@ -78,6 +78,8 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
         patches.setdefault(module, {}).update({name: _WrapIfPresent(wrap) for name, wrap in wrappers.items()})
     for module, attrs in REPLACEMENTS.items():
         patches.setdefault(module, {}).update({name: _IfPresent(value) for name, value in attrs.items()})
+    for module, names in NOT_YET.items():
+        patches[module].update({name: _IfPresent(patches[module][name]) for name in names})
     return patches
 
 

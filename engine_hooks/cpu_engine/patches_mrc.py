@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from mcinspect_kernels.cpu_ops.state_tracking import track_mamba_states_if_needed
+
 
 def validate_extra_buffer_off_gpu(original: Callable[..., Any]) -> Callable[..., Any]:
     """Reason: these releases refuse extra_buffer in `ServerArgs._validate_mamba_extra_buffer`
@@ -78,8 +80,21 @@ REPLACEMENTS: dict[str, dict[str, Any]] = {
     # (later ones take torch versions on CPU); a CPU-only Triton has no driver to launch them.
     "sglang.srt.mem_cache.triton_ops.allocator": PAGED_KERNELS,  # 0.5.13-0.5.15
     "sglang.srt.mem_cache.allocator": PAGED_KERNELS,  # 0.5.12 (a module; a package later)
+    # Reason: the decode state-tracking copy is Triton-only; these releases import it by name
+    # from here into the attention backend (kernels/cpu_ops has the torch version).
+    "sglang.srt.layers.attention.mamba.mamba_state_scatter_triton": {"track_mamba_states_if_needed": track_mamba_states_if_needed},
+    # Reason: as patches.py's `_use_cpu` for gated RMSNorm, where these releases keep the module.
+    "sglang.srt.layers.attention.fla.fused_norm_gate": {"_use_cpu": True},
+    "sglang.srt.layers.attention.fla.layernorm_gated": {"_use_cpu": True},
 }
 """Module -> {attribute: replacement}, applied where the module has the attribute."""
+
+NOT_YET: dict[str, tuple[str, ...]] = {
+    "sglang.srt.layers.attention.hybrid_linear_attn_backend": ("track_mamba_states_all_layers",),
+    "sglang.srt.models.qwen2_moe": ("fused_gate_sigmoid_mul",),
+}
+"""Replacements of patches.py that these releases do not have the target of yet (Mamba2's
+all-layers copy, the unfused shared-expert gate): applied where present instead of failing."""
 
 WRAPPERS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "sglang.srt.server_args": {"ServerArgs._validate_mamba_extra_buffer": validate_extra_buffer_off_gpu},

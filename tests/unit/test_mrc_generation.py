@@ -50,7 +50,7 @@ def test_a_flat_request_reads_as_req_kv(monkeypatch: pytest.MonkeyPatch) -> None
     kv = kv_of(_flat_req())
     assert isinstance(kv, FlatKv) and kv.holds_kv and kv.holds_mamba and kv.mamba_prev_track_seqlen is None
     assert kv.mamba_last_track_idx == 1  # the eager swap moved next_track_idx past the tracked entry
-    assert kv_of(_flat_req(mamba_last_track_seqlen=None)).mamba_last_track_idx is None
+    assert kv_of(_flat_req(mamba_ping_pong_track_buffer=None)).mamba_last_track_idx is None
     assert not kv_of(_flat_req(req_pool_idx=None)).holds_kv
     assert not hasattr(kv, "mamba_ping_pong_empty")  # readers derive it from the buffer
     monkeypatch.setattr("mcinspect_engine_hooks.req_kv._lazy", lambda: True)
