@@ -6,7 +6,9 @@ others are shared with 0.5.23 (same method, same arguments in these releases).
 Not hooked, and what that costs (also in `SKIPPED`, for `mcinspect hooks`): node-level dirty
 marks (there is no node arena: every capture re-reads the whole tree, O(tree)); the write
 hooks (`write-*` checks: the track copies are built from the batch's device tensors here);
-the decode track plans of extra_buffer (TrackPlanEvents of prefill only);
+the decode track plans of extra_buffer (TrackPlanEvents of prefill only: on 0.5.15's partial run
+`provenance` flagged two states a decode checkpoint wrote as "never written", a false alarm of
+this gap);
 the T2 origins (which forward wrote a cached state: the track entries are not kept on the batch).
 """
 
