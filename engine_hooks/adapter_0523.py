@@ -45,14 +45,17 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import torch
-from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash, pack_tokens
 
 from .tensor_runs import ints_of_many, runs_of_many
 
-FULL = ComponentType.FULL
-MAMBA = ComponentType.MAMBA
+try:
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
+except ModuleNotFoundError:  # MambaRadixCache releases: no components (this module's readers unused there)
+    FULL = MAMBA = None
 
 UNKNOWN = -1
 """Lock refs, hit count and last access of a node the Rust core does not show."""

@@ -27,21 +27,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
 from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid, SlotEvent, TrackPlanEvent
 
 from .cow_hooks import CowHooks
 from .event_sink import DeferredSlot, DeferredSlots, EventSink
+from .events_mrc import MrcHooks
 from .guard import ErrorCounter
 from .hooks_0523 import Hook
+from .req_kv import kv_of
 from .state_log import StateLog
 from .write_hooks import WriteHooks
 
 __all__ = ["EventSink", "HookPoint", "hook_points"]
 
-MAMBA = ComponentType.MAMBA
-FULL = ComponentType.FULL
+try:
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
+except ModuleNotFoundError:  # MambaRadixCache releases: no components (this module's readers unused there)
+    FULL = MAMBA = None
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
@@ -219,7 +223,7 @@ class _PoolHooks:
 
     def admitting(self, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         for req in batch.reqs:
-            if not req.kv.holds_kv:  # a continuing chunk keeps its row
+            if not kv_of(req).holds_kv:  # a continuing chunk keeps its row
                 self.sink.emit(RequestEvent, rid=Rid(req.rid), what="admit")
 
     def prefill_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
@@ -227,10 +231,10 @@ class _PoolHooks:
         if not ret.track_mask:
             return
         if hasattr(ret, "track_position"):  # the buffer entry is rewritten when the slot is donated: copy it now
-            slot = req.kv.mamba_ping_pong_track_buffer[ret.track_position].clone()
+            slot = kv_of(req).mamba_ping_pong_track_buffer[ret.track_position].clone()
         else:  # 0.5.22: the entry carries the slot id itself
             slot = int(ret.track_index)
-        position = _opt(req.kv.mamba_last_track_seqlen)
+        position = _opt(kv_of(req).mamba_last_track_seqlen)
         self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=DeferredSlot(slot), position=position, forward="extend")
 
     def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
@@ -239,7 +243,7 @@ class _PoolHooks:
             return
         rows = zip(batch.reqs, mask, batch.mamba_track_buffer_indices, batch.seq_lens_cpu.tolist())
         for req, at_boundary, position, seqlen in rows:
-            buffer = req.kv.mamba_ping_pong_track_buffer
+            buffer = kv_of(req).mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:
                 slot = DeferredSlot(buffer[position].clone())
                 self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=slot, position=int(seqlen), forward="decode")
@@ -267,6 +271,7 @@ def hook_points(
         "state": log,
         "write": WriteHooks(sink),
         "cow": CowHooks(sink),
+        "mrc": MrcHooks(sink, log),
     }
 
     def body(name: str, suffix: str = "") -> Callable[..., Any]:

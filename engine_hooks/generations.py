@@ -11,12 +11,13 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 | generation | releases tested | tree | read by |
 |---|---|---|---|
 | unified-tree-core | 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
+| mamba-radix-cache | 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
 for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `device_prefix_len`,
 `mamba_keep_idx`, `mamba_prev_track_seqlen`). Not supported (README "sglang releases"):
 0.5.16-0.5.20 (UnifiedRadixCache releasing requests through `cache_finished_req`, no
-`claim_kv_row` / `on_release`) and 0.5.12-0.5.15 (MambaRadixCache).
+`claim_kv_row` / `on_release`) and releases before 0.5.12 (no HookRegistry).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 
 from mcinspect.schema import NodeId, NodeRecord
 
+from . import hooks_mrc
 from .hooks_0523 import HOOKS, Hook
 
 
@@ -104,7 +106,19 @@ UNIFIED_TREE_CORE = Generation(
     adapter="adapter_0523",
     pools_reader="pools_0523",
 )
-GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE,)
+MAMBA_RADIX_CACHE = Generation(
+    name="mamba-radix-cache",
+    releases=("0.5.15",),
+    hooks=hooks_mrc.HOOKS,
+    required=tuple(
+        h.target
+        for h in hooks_mrc.HOOKS
+        if h.kind == "scheduler" or h.body in ("mrc.inserted", "mrc.locked", "cache.checkpoint", "pools.allocated")
+    ),
+    adapter="adapter_mrc",
+    pools_reader="pools_0523",  # the same readers: a request's fields through req_kv.kv_of
+)
+GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE, MAMBA_RADIX_CACHE)
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class Inspector:
         self.every_step = config.capture == "every-step" or (not config.capture and self.self_check is not None)
         sink.observed = self.every_step  # nobody can have subscribed yet
         self.cadence = LiveCadence(config.live_budget)
-        self.stats = StatsCollector(scheduler.req_to_token_pool.mamba_allocator, sink)
+        self.stats = StatsCollector(selection.generation.pools.mamba_allocator(scheduler.req_to_token_pool), sink)
         self._last_snapshot: Snapshot | None = None
         self._caught_up_at = float("-inf")
         keys = self._keys(config)
@@ -117,7 +117,11 @@ class Inspector:
             verify=config.verify,
             verify_share=config.verify_share,
             verify_rate=config.verify_rate,
-            track_writes="" if not config.track_writes else "extend" if _decode_graphs(scheduler) else "all",
+            track_writes=""
+            if not config.track_writes or not any(h.kind == "write" for h in selection.hooks)
+            else "extend"
+            if _decode_graphs(scheduler)
+            else "all",
             hooks_generation=selection.generation.name,
             hooks_skipped=tuple(h.target for h in selection.skipped),
         )

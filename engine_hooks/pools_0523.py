@@ -27,6 +27,7 @@ import torch
 
 from mcinspect.schema import KvState, NodeId, RequestRecord, RequestState, Rid, Runs, SlotClaim, SlotId
 
+from .req_kv import kv_of, node_id_of, prefix_len_of
 from .tensor_runs import free_token_runs, ints_of_many, runs_of_many
 
 TreeSlots = dict[SlotId, dict[NodeId, int]]
@@ -58,7 +59,7 @@ def held_requests(scheduler: Any, batch: Any = None) -> dict[Rid, HeldRequest]:
     for one in batches:
         for req in getattr(one, "reqs", None) or ():
             finished = req.finished()
-            if req.rid not in held and not (finished and not req.kv.holds_kv):
+            if req.rid not in held and not (finished and not kv_of(req).holds_kv):
                 held[req.rid] = HeldRequest(req, "finished" if finished else "running")
     for req in getattr(scheduler, "waiting_queue", ()):
         if req.rid not in held:
@@ -98,7 +99,7 @@ class RequestReader:
         self, held: Mapping[Rid, HeldRequest], sessions: Mapping[Rid, Any]
     ) -> tuple[dict[Rid, RequestRecord], dict[SlotId, list[SlotClaim]]]:
         """(records of `held`, request claims by slot incl. sessions')."""
-        kvs = [(rid, h.req.kv) for rid, h in held.items()] + list(sessions.items())
+        kvs = [(rid, kv_of(h.req)) for rid, h in held.items()] + list(sessions.items())
         tensors = []
         for rid, kv in kvs:
             tensors += [kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index]
@@ -132,7 +133,7 @@ class RequestReader:
         out: dict[Rid, Runs] = {}
         rows: dict[Rid, _RowRuns] = {}
         for rid, h in held.items():
-            kv = h.req.kv
+            kv = kv_of(h.req)
             if kv.req_pool_idx is None or kv.kv_allocated_len <= 0:
                 out[rid] = []
                 continue
@@ -182,7 +183,7 @@ def _claims(rid: Rid, kv: Any, working: list[int], ping_pong: list[int], cow: li
 
 
 def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) -> RequestRecord:
-    req, kv = held.req, held.req.kv
+    req, kv = held.req, kv_of(held.req)
     working, ping_pong, cow, working_mirror, ping_pong_mirror = slots
     return RequestRecord(
         rid=rid,
@@ -190,11 +191,11 @@ def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) 
         row=_opt(kv.req_pool_idx),
         prompt_len=len(req.origin_input_ids),
         output_len=len(req.output_ids),
-        prefix_len=prefix_len(req),
+        prefix_len=prefix_len_of(req),
         cache_protected_len=kv.cache_protected_len,
         committed_len=kv.kv_committed_len,
         allocated_len=kv.kv_allocated_len,
-        last_node=NodeId(req.last_node if isinstance(req.last_node, int) else -1),
+        last_node=NodeId(node_id_of(req.last_node)),
         working_slot=SlotId(working[0] if working else -1),
         ping_pong=[SlotId(slot) for slot in ping_pong],
         ping_pong_empty=list(getattr(kv, "mamba_ping_pong_empty", None) or [slot < 0 for slot in ping_pong]),
@@ -208,13 +209,6 @@ def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) 
         working_mirror=SlotId(working_mirror[0] if working_mirror else -1),
         ping_pong_mirror=[SlotId(slot) for slot in ping_pong_mirror],
     )
-
-
-def prefix_len(req: Any) -> int:
-    """Tokens of the request already in its row (0.5.21 has no `prefix_len`: its matched
-    and checkpointed prefix is `prefix_indices`)."""
-    value = getattr(req, "prefix_len", None)
-    return int(value) if value is not None else len(req.prefix_indices)
 
 
 def claims_for_slot(
@@ -241,11 +235,18 @@ def claims_for_slot(
 
 def free_mamba_slots(req_to_token_pool: Any) -> torch.Tensor:
     """The mamba allocator's free list (int64 tensor of slot ids)."""
-    return req_to_token_pool.mamba_allocator.free_slots
+    return mamba_allocator(req_to_token_pool).free_slots
 
 
 def mamba_pool_size(req_to_token_pool: Any) -> int:
-    return int(req_to_token_pool.mamba_allocator.size)
+    return int(mamba_allocator(req_to_token_pool).size)
+
+
+def mamba_allocator(req_to_token_pool: Any) -> Any:
+    """What hands out mamba slots (`alloc`, `free`, `free_slots`, `size`): the pool's
+    MambaSlotAllocator, or on sglang 0.5.12 the MambaPool itself."""
+    allocator = getattr(req_to_token_pool, "mamba_allocator", None)
+    return allocator if allocator is not None else req_to_token_pool.mamba_pool
 
 
 class KvReader:
@@ -274,5 +275,13 @@ class KvReader:
         """The allocator now (keeps a reference to its free list for `changed`)."""
         self._seen = self._fingerprint()
         a = self.allocator
-        free = a.get_all_free_pages()
+        free = a.get_all_free_pages() if hasattr(a, "get_all_free_pages") else _free_and_released(a)
         return KvState(page_size=int(a.page_size), size=int(a.size), free_runs=free_token_runs(free, int(a.page_size)))
+
+
+def _free_and_released(allocator: Any) -> torch.Tensor:
+    """What 0.5.23's `get_all_free_pages` returns, on releases without it (MambaRadixCache's)."""
+    released = allocator.release_pages
+    if released is None or len(released) == 0:
+        return allocator.free_pages
+    return torch.cat((allocator.free_pages, released))

@@ -12,6 +12,7 @@ from typing import Any
 from mcinspect.schema import CacheState, Step
 
 from .capture import Capture
+from .pools_0523 import mamba_allocator
 
 SELF_CHECK_ENV = "MCINSPECT_SELF_CHECK"
 logger = logging.getLogger("mcinspect.engine_hooks")
@@ -57,7 +58,7 @@ def differences(incremental: CacheState, fresh: CacheState) -> list[str]:
 def disagreements_with_sglang(state: CacheState, scheduler: Any, full_detail: bool) -> list[str]:
     """The state against sglang's own counters of the same moment."""
     reasons = []
-    allocator = scheduler.req_to_token_pool.mamba_allocator
+    allocator = mamba_allocator(scheduler.req_to_token_pool)
     free = sum(1 for claims in state.slots.values() for claim in claims if claim.kind == "free")
     if free != allocator.available_size():
         reasons.append(f"{free} free slot claims, mamba allocator says {allocator.available_size()}")

@@ -27,6 +27,7 @@ from typing import Any
 from mcinspect.schema import BatchOrigin, NodeId, Rid, SlotId, Step
 
 from .reference import RID_PREFIX
+from .req_kv import kv_of
 from .tensor_runs import IndexValue, ints_of_many
 
 PATHS = ("prefill checkpoint", "decode checkpoint", "chunk donation", "finish donation", "copy-on-write", "mixed batch")
@@ -89,7 +90,7 @@ class StateLog:
             return
         lens = list(batch.extend_lens)
         for i, (req, tracked) in enumerate(zip(batch.reqs, mask)):
-            kv = req.kv
+            kv = kv_of(req)
             if tracked and not req.rid.startswith(RID_PREFIX):
                 self.paths["prefill checkpoint"] += 1
             if (
@@ -109,7 +110,7 @@ class StateLog:
             return
         rows = zip(batch.reqs, mask, batch.mamba_track_buffer_indices, batch.seq_lens_cpu.tolist())
         for i, (req, at_boundary, position, seqlen) in enumerate(rows):
-            buffer = req.kv.mamba_ping_pong_track_buffer
+            buffer = kv_of(req).mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:
                 self.paths["decode checkpoint"] += 1
                 self._plans.append(_Plan(buffer[position].clone(), Rid(req.rid), "decode", len(batch.reqs), i, [], int(seqlen)))
@@ -122,14 +123,19 @@ class StateLog:
         params = args[3] if len(args) > 3 else kwargs.get("insert_params")
         if result is None or result.mamba_exist or params is None or params.mamba_value is None or params.key is None:
             return
-        self.paths["finish donation" if is_finished else "chunk donation"] += 1
-        tokens = array("i", params.key.raw_token_ids())
         donated = bool(component.cache.enable_mamba_extra_buffer) and component.int8_ckpt_pool is None
-        self._inserts.append(_Insert(params.mamba_value, int(result.last_device_node), tokens, Rid(req.rid), donated))
+        self.inserted(params.mamba_value, int(result.last_device_node), params.key, Rid(req.rid), donated, bool(is_finished))
+
+    def inserted(self, slot: IndexValue, node: int, key: Any, rid: Rid, donated: bool, finished: bool) -> None:
+        """A state entered the tree at `node` under the insert's `key` (a RadixKey); `donated`:
+        a ping-pong slot (extra_buffer), else the working slot (no_buffer). Each generation's
+        insert hook calls this (MambaRadixCache: events_mrc)."""
+        self.paths["finish donation" if finished else "chunk donation"] += 1
+        self._inserts.append(_Insert(slot, node, array("i", key.raw_token_ids()), rid, donated))
 
     def collecting_copies(self, batch: Any, reqs: Any, /, *args: Any, **kwargs: Any) -> None:
         """Before ScheduleBatch._collect_deferred_mamba_cow_and_clear: prefix hits to copy."""
-        self.paths["copy-on-write"] += sum(1 for req in reqs if req.kv.mamba_cow_src_index is not None)
+        self.paths["copy-on-write"] += sum(1 for req in reqs if kv_of(req).mamba_cow_src_index is not None)
 
     def mixed(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         """After ScheduleBatch.mix_with_running."""

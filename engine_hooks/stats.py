@@ -13,6 +13,7 @@ from typing import Any
 from mcinspect.schema import SCHEMA_VERSION, SlotLayout, Stats
 
 from .event_sink import EventSink
+from .req_kv import kv_of
 from .tensor_runs import ints_of_many
 
 SAMPLE_EVERY = 16
@@ -49,8 +50,8 @@ class StatsCollector:
         self._sample_requests(running)
 
     def _sample_requests(self, running: list[Any]) -> None:
-        reqs = [req for req in running if req.kv.mamba_pool_idx is not None]
-        counts = [_slots_held(req.kv) for req in reqs]
+        reqs = [req for req in running if kv_of(req).mamba_pool_idx is not None]
+        counts = [_slots_held(kv_of(req)) for req in reqs]
         layouts = []
         if not self.example_layouts.keys() >= set(counts):
             layouts = _layouts([req for req, count in zip(reqs, counts) if count not in self.example_layouts])
@@ -90,7 +91,7 @@ def _slots_held(kv: Any) -> int:
 def _layouts(reqs: list[Any]) -> list[SlotLayout]:
     """Each request's working and ping-pong slots (requests holding a working slot), read in
     one device copy."""
-    values = ints_of_many([t for req in reqs for t in (req.kv.mamba_pool_idx, req.kv.mamba_ping_pong_track_buffer)])
+    values = ints_of_many([t for req in reqs for t in (kv_of(req).mamba_pool_idx, kv_of(req).mamba_ping_pong_track_buffer)])
     return [
         SlotLayout(rid=req.rid, working=working[0], ping_pong=[slot for slot in ping_pong if slot >= 0])
         for req, working, ping_pong in zip(reqs, values[0::2], values[1::2])

@@ -56,6 +56,7 @@ from mcinspect_kernels.fingerprint import fingerprint_slots
 from . import extensions
 from .config import HooksConfig
 from .reference import NoRoom, ReferenceRefused
+from .req_kv import kv_of
 from .state_log import CachedState, StateLog
 from .verify_budget import VerifyBudget
 from .verify_oracles import Distances, EngineOracle, TensorOracle
@@ -160,11 +161,23 @@ class Verifier:
         """The configured oracles, built on first use (on the scheduler thread)."""
         if self._oracles is None:
             names = {"engine": ["engine"], "transformers": ["transformers"], "both": ["engine", "transformers"]}
-            self._oracles = [self._build(name) for name in names.get(self.mode, ["engine"])]
+            self._oracles = []
+            for name in names.get(self.mode, ["engine"]):
+                try:
+                    self._oracles.append(self._build(name))
+                except VerifyUnavailable as exc:  # this release lacks what the oracle needs: said once
+                    logger.warning("mcinspect: T2 verification without the %s oracle: %s", name, exc)
         return self._oracles
 
     def _build(self, name: str) -> Any:
         if name == "engine":
+            from sglang.srt.managers import schedule_batch
+
+            if not hasattr(schedule_batch, "ReqKvInfo"):
+                raise VerifyUnavailable(
+                    "its reference prefill builds requests with sglang 0.5.22+'s Req.kv (ReqKvInfo), which this "
+                    "release lacks (MambaRadixCache releases keep those fields on Req); use --verify transformers"
+                )
             return EngineOracle(self.scheduler)
         factory = extensions.oracle_factory(name)
         if factory is None:
@@ -359,7 +372,7 @@ class Verifier:
         best = None
         extend = 0 if mode.is_extend() else 1
         for req, seqlen in zip(batch.reqs, lens.tolist()):
-            if req.finished() or not req.kv.holds_mamba or seqlen <= 0:
+            if req.finished() or not kv_of(req).holds_mamba or seqlen <= 0:
                 continue
             if self._working_seen.get(req.rid, 0) >= MAX_WORKING_CHECKS:
                 continue
@@ -371,7 +384,7 @@ class Verifier:
         if best is None:
             return None
         _, req, seqlen = best
-        return req, int(req.kv.mamba_pool_idx), seqlen, "extend" if mode.is_extend() else "decode"
+        return req, int(kv_of(req).mamba_pool_idx), seqlen, "extend" if mode.is_extend() else "decode"
 
     def _verify_working(self, pick: tuple[Any, int, int, str], step: Step, idle: bool) -> None:
         req, slot, seqlen, forward = pick

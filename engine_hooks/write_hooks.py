@@ -22,6 +22,7 @@ from mcinspect.schema import Rid, TrackWriteEvent
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 from .reference import RID_PREFIX
+from .req_kv import kv_of
 
 
 class WriteHooks:
@@ -47,7 +48,7 @@ class WriteHooks:
     def extend_prepared(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         mask = getattr(batch, "mamba_prefill_track_mask_cpu", None) or [False] * len(batch.reqs)
         for req, tracked in zip(batch.reqs, mask):
-            seqlen = req.kv.mamba_last_track_seqlen
+            seqlen = kv_of(req).mamba_last_track_seqlen
             self._own(req, int(seqlen) if tracked and seqlen is not None else -1)
 
     def decode_prepared(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
@@ -68,12 +69,12 @@ class WriteHooks:
         """After mix_with_running: the decode rows joined the extend batch (their requests are
         known from prepare_for_decode; a mixed step tracks only the prefill rows)."""
         for req in batch.reqs:
-            if req.kv.req_pool_idx not in self._rows:
+            if kv_of(req).req_pool_idx not in self._rows:
                 self._own(req, -1)
         self._decode_mode = "mixed"  # the decode tail rides this extend forward
 
     def _own(self, req: Any, position: int) -> None:
-        row = req.kv.req_pool_idx
+        row = kv_of(req).req_pool_idx
         if row is not None and not req.rid.startswith(RID_PREFIX):
             self._rows[int(row)] = (Rid(req.rid), position)
 

@@ -86,6 +86,10 @@ class NodeRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
     hit_count: int
     tombstone: bool
     """sglang keeps the node but its mamba state was evicted (mamba value None, not a split)."""
+    mamba_lru_older: NodeId = NodeId(-1)
+    """The next less recently used node of the mamba LRU list, where sglang keeps one as a
+    linked list (MambaRadixCache, 0.5.12-0.5.15); -1 for the oldest, outside the list, or on
+    generations whose LRU is not shown this way (0.5.22+). Check `mamba-lru`."""
 
     @property
     def token_ids(self) -> list[int]:

@@ -113,8 +113,8 @@ class RecomputeOracle:
     def read_cache(self, cache: Any) -> PrefixState:
         """The mamba state in a transformers cache, in sglang's layout (see the module docstring)."""
         layers = [cache.layers[i] for i in self.linear_layers]
-        conv = torch.stack([layer.conv_states[0][0, :, 1:] for layer in layers])
-        temporal = torch.stack([self._temporal(layer.recurrent_states[0][0]) for layer in layers])
+        conv = torch.stack([_batch_of(layer.conv_states)[0, :, 1:] for layer in layers])
+        temporal = torch.stack([self._temporal(_batch_of(layer.recurrent_states)[0]) for layer in layers])
         return PrefixState(conv.to(torch.bfloat16).contiguous(), temporal.float().contiguous())
 
     def references(self, prefixes: Sequence[Sequence[int]]) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -131,3 +131,9 @@ def register_transformers_oracle() -> None:
     from ..extensions import register_oracle
 
     register_oracle("transformers", lambda scheduler: RecomputeOracle(str(scheduler.server_args.model_path)))
+
+
+def _batch_of(states: Any) -> torch.Tensor:
+    """A cache layer's state as [batch, ...]: transformers 5.19 keeps them by state index (a dict; one per
+    state tensor), 5.12 (the MambaRadixCache releases' pin) the tensor itself."""
+    return states[0] if isinstance(states, dict | list | tuple) else states

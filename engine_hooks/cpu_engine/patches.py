@@ -24,6 +24,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .patches_mrc import NOT_YET, REPLACEMENTS, WRAPPERS
+
 ENV_FLAG = "MCINSPECT_CPU_ENGINE"
 """Set to "1" in the embedded CPU engine's processes; nothing is patched otherwise."""
 LAUNCHER_PID_ENV = "MCINSPECT_ENGINE_LAUNCHER_PID"
@@ -84,6 +86,13 @@ def _post_import_patches() -> dict[str, dict[str, Any]]:
     # signatures replace them.
     for module, attrs in TRITON_REPLACEMENTS.items():
         patches.setdefault(module, {}).update(attrs)
+    # Reason: in each patches_mrc entry (sglang 0.5.12-0.5.15: MambaRadixCache releases).
+    for module, wrappers in WRAPPERS.items():
+        patches.setdefault(module, {}).update({name: _WrapIfPresent(wrap) for name, wrap in wrappers.items()})
+    for module, attrs in REPLACEMENTS.items():
+        patches.setdefault(module, {}).update({name: _IfPresent(value) for name, value in attrs.items()})
+    for module, names in NOT_YET.items():
+        patches[module].update({name: _IfPresent(patches[module][name]) for name in names})
     return patches
 
 
@@ -306,6 +315,13 @@ class _Wrap:
         self.unless = unless
 
 
+class _WrapIfPresent:
+    """`Class.method` replaced by `wrap(method)` where the release has it."""
+
+    def __init__(self, wrap: Callable[[Any], Any]) -> None:
+        self.wrap = wrap
+
+
 class _IfAbsent:
     """A definition made only where the release lacks the attribute (a later one may have it)."""
 
@@ -315,6 +331,12 @@ class _IfAbsent:
 
 def _set_attributes(module: types.ModuleType, attrs: dict[str, Any]) -> None:
     for name, value in attrs.items():
+        if isinstance(value, _WrapIfPresent):
+            owner_name, _, attribute = name.rpartition(".")
+            owner = getattr(module, owner_name, None)
+            if owner is not None and attribute in vars(owner):
+                setattr(owner, attribute, value.wrap(getattr(owner, attribute)))
+            continue
         if isinstance(value, _IfPresent):
             if hasattr(module, name):
                 setattr(module, name, value.value)

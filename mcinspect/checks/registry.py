@@ -12,6 +12,7 @@ what data it needs, and what it cannot see with the data the schema carries.
 | cow-source | 7 | events | #35821 |
 | tree-shape | 8 | metadata | #12007, #35821 |
 | kv-pages | 9 | metadata | KV use-after-free, row/tree divergence |
+| mamba-lru | 10 | metadata (MambaRadixCache) | #12007 |
 | content-immutable | T1 | fingerprints | #24221, #24954, #30862 |
 | T2-recompute | T2 | fingerprints (with recompute distances) | #37836, #31833, #33450, #30862, #29368, #24221, #29973 |
 | T2-working-state | T2 | events (working-state comparisons) | #29368, #24954 |
@@ -34,6 +35,7 @@ from .cross_rank import TP_AGREE, across_ranks_only
 from .depth import DEPTH, check_depth
 from .history import StepView
 from .kv import KV, check_kv
+from .lru import LRU, check_lru_order
 from .provenance import COW, PLAN_SAFETY, PROVENANCE, check_cow, check_plan_safety, check_provenance
 from .recompute import RECOMPUTE, check_recompute, tolerance_text
 from .slots import PARTITION, REQUEST_SLOTS, check_partition, check_request_slots
@@ -177,6 +179,17 @@ CHECKS: dict[str, CheckSpec] = {
             "unless an insert gives it one",
             blind_to="nodes off request paths on the Rust tree core; evictable-leaf set membership",
             run=check_shape,
+        ),
+        CheckSpec(
+            name=LRU,
+            invariant="10",
+            description="the mamba LRU list is in access order (eviction takes the least recently used state first)",
+            targets=("#12007",),
+            needs=("metadata",),
+            checked="each node of the list is followed by a node that is in the list, holds a state, and was "
+            "accessed no later (MambaRadixCache: its linked list against last_access_time)",
+            blind_to="0.5.22+ (the UnifiedTreeCore's LRU is not shown as a list) and the full LRU list",
+            run=check_lru_order,
         ),
         CheckSpec(
             name=KV,

@@ -134,3 +134,34 @@ def test_an_unsupported_release_runs_with_the_hooks_off_and_says_why(tmp_path: P
     assert "Traceback" not in demo.stderr  # no exception in the scheduler, nor here
     logged = [line for line in demo.stderr.splitlines() if "mcinspect: " + reason in line]
     assert len(logged) >= 1  # the engine's log says it once per scheduler process
+
+
+MRC_RELEASE = "0.5.15"
+"""The MambaRadixCache release the embedded engine runs on (generation mamba-radix-cache): its
+T2 runs with the transformers oracle (the engine oracle needs Req.kv, 0.5.22+)."""
+
+
+def _mrc_demo(tmp_path: Path, name: str, *args: str) -> tuple[dict, list[dict]]:
+    """The demo on MRC_RELEASE with a recording, and `check`'s violations of it."""
+    mcinspect = str(venv_of(MRC_RELEASE) / "bin" / "mcinspect")
+    recording = tmp_path / f"{name}.mcrec"
+    demo = subprocess.run(
+        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording),
+         "--verify", "transformers", *args],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    summary = json.loads(demo.stdout)
+    assert summary["engine"]["hooks_generation"] == "mamba-radix-cache" and summary["stats"]["hook_errors"] == 0
+    check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
+    assert check.returncode in (0, 1), check.stderr[-3000:]
+    return summary, [json.loads(line) for line in check.stdout.splitlines()]
+
+
+@pytest.mark.skipif(os.environ.get(MATRIX_ENV) != "1", reason=f"CI's time budget: {MATRIX_ENV}=1 runs it")
+def test_a_mamba_radix_cache_release_reads_clean(tmp_path: Path) -> None:
+    summary, found = _mrc_demo(tmp_path, "clean")
+    stats = summary["stats"]
+    assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0
+    assert stats["verify"]["verified"] > 0 and stats["verify"]["mismatches"] == 0
+    assert found == []

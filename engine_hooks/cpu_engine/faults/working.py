@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...pools_0523 import prefix_len
+from ...req_kv import prefix_len_of
 from .base import EXTRA_BUFFER_STRATEGIES, SRT, Fault, Hook, log_faulty_action
 
 SCHEDULE_BATCH = SRT + "managers.schedule_batch.ScheduleBatch"
@@ -48,7 +48,7 @@ def drop_copy_on_write(original: Callable[..., Any], batch: Any, reqs: Any) -> A
     the deferred copy is not carried to the next forward (#24954): the working slot keeps what
     its previous owner left there."""
     page = batch.tree_cache.page_size
-    victims = [r for r in reqs if r.kv.mamba_cow_src_index is not None and prefix_len(r) > 0 and _caches_nothing(r, page)]
+    victims = [r for r in reqs if r.kv.mamba_cow_src_index is not None and prefix_len_of(r) > 0 and _caches_nothing(r, page)]
     result = original(batch, reqs)
     if not victims or batch.mamba_cow_dst_indices is None:
         return result

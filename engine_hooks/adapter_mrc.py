@@ -1,0 +1,141 @@
+"""Read-only tree view of sglang's MambaRadixCache (the hybrid models' cache up to 0.5.15).
+
+Chosen by feature detection (`supports`): a `root_node` and the two LRU lists
+(`full_lru_list`, `mamba_lru_list`), no `tree_core`. Its TreeNode keeps everything on itself:
+`value` (KV indices; the root's is `[]`), `mamba_value` (one slot id, None for a tombstone or
+a split parent), `full_lock_ref` / `mamba_lock_ref`, `last_access_time`, `hit_count`, and the
+links of both LRU lists (`prev`/`next`, `mamba_prev`/`mamba_next`; `LRUList.cache` is id ->
+node). Ids come from a class counter (only grow). Unlike 0.5.23's core there is no node
+arena: `arena()` walks the tree, so Capture re-reads every node at each capture (the table's
+`lost`: no node-level dirty marks, O(tree) per capture), and a record is `evictable` when
+sglang's eviction could take it now (an unlocked leaf; MRC keeps no leaf set).
+
+Each record names its next less recently used neighbour of the mamba LRU list
+(`mamba_lru_older`), for the `mamba-lru` check: sglang evicts in that order and asserts it
+matches `last_access_time` only in its debug sanity check (#12007).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash, pack_tokens
+
+from .tensor_runs import ints_of_many, runs_of_many
+
+
+def supports(tree_cache: Any) -> bool:
+    """Whether `tree_cache` is a MambaRadixCache (feature detection, not version strings)."""
+    return all(hasattr(tree_cache, name) for name in ("root_node", "full_lru_list", "mamba_lru_list")) and not hasattr(
+        tree_cache, "tree_core"
+    )
+
+
+def tree_view(tree_cache: Any) -> MrcTreeView:
+    return MrcTreeView(tree_cache)
+
+
+class MrcTreeView:
+    """Every node of a MambaRadixCache (generations.FullTreeView)."""
+
+    full_detail = True
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self._arena: dict[int, Any] = {}
+
+    def arena(self) -> dict[int, Any]:
+        """NodeId -> node, ids ascending (the newest last), walked afresh: a new dict each call."""
+        nodes: list[Any] = []
+        stack = [self.cache.root_node]
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        self._arena = {node.id: node for node in sorted(nodes, key=lambda n: n.id)}
+        return self._arena
+
+    def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]:
+        """Every node, depth-first from the root."""
+        items: list[tuple[Any, int]] = []
+        stack = [(self.cache.root_node, 0)]
+        while stack:
+            node, depth = stack.pop()
+            items.append((node, depth))
+            stack.extend((child, depth + len(node.key)) for child in node.children.values())
+        return {record.id: record for record in self.records(items, tombstones)}
+
+    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]:
+        """NodeRecords for (node, depth) pairs; one device copy for all their values."""
+        cache = self.cache
+        root = cache.root_node
+        full_lru = cache.full_lru_list.cache
+        mamba_lru = cache.mamba_lru_list.cache
+        oldest_end = cache.mamba_lru_list.tail
+        kv_runs = runs_of_many([None if node is root else node.value for node, _ in items])
+        slots = ints_of_many([node.mamba_value for node, _ in items])
+        out = []
+        for (node, depth), runs, slot in zip(items, kv_runs, slots):
+            tokens = list(node.key.raw_token_ids())
+            out.append(
+                NodeRecord(
+                    id=NodeId(node.id),
+                    parent=NodeId(node.parent.id if node.parent is not None else -1),
+                    depth=depth,
+                    key_len=len(node.key),
+                    tokens=pack_tokens(tokens[:INLINE_TOKENS]),
+                    key_hash=key_hash(tokens),
+                    kv_runs=runs,
+                    kv_evicted=node is not root and node.value is None,
+                    mamba_slot=SlotId(slot[0] if slot else -1),
+                    full_lock=node.full_lock_ref,
+                    mamba_lock=node.mamba_lock_ref,
+                    in_full_lru=node.id in full_lru,
+                    in_mamba_lru=node.id in mamba_lru,
+                    evictable=node is not root and not node.children and node.full_lock_ref == 0,
+                    last_access=float(node.last_access_time),
+                    hit_count=node.hit_count,
+                    tombstone=node.mamba_value is None and node.id in tombstones,
+                    mamba_lru_older=NodeId(_older(node, mamba_lru, oldest_end)),
+                )
+            )
+        return out
+
+    def _live(self, node_id: int) -> Any:
+        """The node with this id if it is still in the tree (a deleted leaf keeps its values)."""
+        node = self._arena.get(node_id)
+        if node is None:
+            node = self.arena().get(node_id)
+        child = node
+        while child is not None and child.parent is not None:
+            if child.parent.children.get(child.key.child_key(self.cache.page_size)) is not child:
+                return None
+            child = child.parent
+        return node if child is self.cache.root_node else None
+
+    def slot_of(self, node_id: int) -> int | None:
+        node = self._live(node_id)
+        value = None if node is None else node.mamba_value
+        return int(value.reshape(-1)[0]) if value is not None and value.numel() else None
+
+    def state_nodes(self) -> list[int]:
+        return [node.id for node in self.arena().values() if node.mamba_value is not None]
+
+    def path_tokens(self, node_id: int) -> list[int] | None:
+        node = self._live(node_id)
+        if node is None:
+            return None
+        keys = []
+        while node.parent is not None:
+            keys.append(list(node.key.raw_token_ids()))
+            node = node.parent
+        return [token for key in reversed(keys) for token in key]
+
+
+def _older(node: Any, members: dict[int, Any], tail: Any) -> int:
+    """The id after `node` toward the list's least recently used end (`mamba_next`), or -1."""
+    if node.id not in members:
+        return -1
+    after = node.mamba_next
+    return -1 if after is None or after is tail else int(after.id)

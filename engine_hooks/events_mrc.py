@@ -1,0 +1,116 @@
+"""Hook bodies of the MambaRadixCache generation (hooks_mrc.HOOKS rows "mrc.*"): events and
+eviction records from sglang's MambaRadixCache, whose TreeNodes carry their own values, lock
+refs and LRU links. Read-only and guarded like events.py's bodies; no dirty marks (Capture
+re-reads the MRC tree at each capture, adapter_mrc)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid
+
+from .event_sink import DeferredSlot, EventSink
+from .state_log import StateLog
+
+
+def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
+class MrcHooks:
+    def __init__(self, sink: EventSink, log: StateLog) -> None:
+        self.sink = sink
+        self.log = log
+
+    # --- evictions (every step: they feed the stats) ---
+
+    def leaf_evicting(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        node = _arg(args, kwargs, 0, "x")
+        self.sink.evicting(node.id)
+        self.sink.evicted_values([node.mamba_value], len(node.value))
+
+    def tombstoning(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        node = _arg(args, kwargs, 0, "node")
+        self.sink.evicting(node.id)
+        self.sink.tombstones.add(node.id)
+        self.sink.evicted_values([node.mamba_value], 0)
+
+    def tombstone_deleting(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        node = _arg(args, kwargs, 0, "node")
+        self.sink.evicting(node.id)
+        self.sink.tombstones.discard(node.id)
+        self.sink.evicted_values([], len(node.value))
+
+    # --- events (observed steps only) ---
+
+    def inserted(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        """After MambaRadixCache.insert: a new state is the mamba LRU's newest entry (a new
+        leaf and a filled tombstone both go in through `insert_mru`)."""
+        params = _arg(args, kwargs, 0, "params")
+        req = self.sink.checkpointing or self.sink.request
+        if ret.mamba_exist or params.mamba_value is None or req is None:
+            return
+        node = cache.mamba_lru_list.head.mamba_next
+        index = -1
+        if cache.enable_mamba_extra_buffer and cache.int8_ckpt_pool is None:
+            index = int(cache.req_to_token_pool.get_mamba_ping_pong_keep_idx(req))
+        self.sink.emit(
+            InsertEvent,
+            rid=Rid(req.rid),
+            node=NodeId(node.id),
+            slot=DeferredSlot(params.mamba_value),
+            seqlen=len(params.key),
+            ping_pong_index=index,
+        )
+
+    def state_inserted(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        """After MambaRadixCache.insert, at every step: the state's prefix for T2 (StateLog)."""
+        params = _arg(args, kwargs, 0, "params")
+        finishing = self.sink.checkpointing is None
+        req = self.sink.request if finishing else self.sink.checkpointing
+        if ret.mamba_exist or params.mamba_value is None or req is None:
+            return
+        node = cache.mamba_lru_list.head.mamba_next
+        donated = bool(cache.enable_mamba_extra_buffer) and cache.int8_ckpt_pool is None
+        self.log.inserted(params.mamba_value, node.id, params.key, Rid(req.rid), donated, finishing)
+
+    def matched(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        req = _arg(args, kwargs, 0, "params").req
+        if req is not None:
+            self.sink.request = req
+        self.sink.emit(
+            MatchEvent,
+            rid=Rid(req.rid if req is not None else ""),
+            hit_len=len(ret.device_indices),
+            node=NodeId(ret.last_device_node.id),
+            cow_source=DeferredSlot(getattr(req, "mamba_cow_src_index", None)),  # none on 0.5.12
+        )
+
+    def _owner(self, node: Any) -> Any:
+        """The request a lock move on `node` is for: the checkpointing or releasing one, or the
+        latest matched one anchored there."""
+        sink = self.sink
+        if sink.checkpointing is not None:
+            return sink.checkpointing
+        request = sink.request
+        return request if request is not None and request.last_node is node else None
+
+    def locked(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        node = _arg(args, kwargs, 0, "node")
+        req = self._owner(node)
+        self.sink.emit(LockEvent, node=NodeId(node.id), rid=Rid(req.rid if req is not None else ""), locked=True)
+
+    def unlocking(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        node = _arg(args, kwargs, 0, "node")
+        req = self._owner(node)
+        self.sink.emit(LockEvent, node=NodeId(node.id), rid=Rid(req.rid if req is not None else ""), locked=False)
+
+    def finish_begin(self, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        self.sink.request = _arg(args, kwargs, 0, "req")
+
+    def finish_end(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        req = _arg(args, kwargs, 0, "req")
+        if req.finished():
+            self.sink.emit(RequestEvent, rid=Rid(req.rid), what="finish")

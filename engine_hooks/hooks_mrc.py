@@ -1,0 +1,52 @@
+"""The hook table of the MambaRadixCache generation (sglang 0.5.12-0.5.15; tested on 0.5.15):
+the rows, in hooks_0523's form, for releases whose hybrid models use
+`mem_cache.mamba_radix_cache.MambaRadixCache`. Bodies named "mrc.*" are events_mrc.py's; the
+others are shared with 0.5.23 (same method, same arguments in these releases).
+
+Not hooked, and what that costs (also in `SKIPPED`, for `mcinspect hooks`): node-level dirty
+marks (there is no node arena: every capture re-reads the whole tree, O(tree)); the write
+hooks (`write-*` checks: the track copies are built from the batch's device tensors here);
+the decode track plans of extra_buffer (TrackPlanEvents of prefill only: on 0.5.15's partial run
+`provenance` flagged two states a decode checkpoint wrote as "never written", a false alarm of
+this gap);
+the T2 origins (which forward wrote a cached state: the track entries are not kept on the batch).
+"""
+
+from __future__ import annotations
+
+from .hooks_0523 import MODEL_RUNNER, REQ, SCHEDULE_BATCH, SCHEDULER, Hook
+
+MRC = "mem_cache.mamba_radix_cache.MambaRadixCache"
+MAMBA_ALLOCATOR = "mem_cache.allocator.mamba.MambaSlotAllocator"
+MAMBA_POOL = "mem_cache.memory_pool.MambaPool"
+
+_EVICTIONS = "eviction counts in stats; the EvictEvent's nodes, slots and tokens"
+
+HOOKS: tuple[Hook, ...] = (
+    Hook(f"{SCHEDULER}.__init__", "after", "scheduler.init", "scheduler", "build the inspector: first full capture, bind ports", "everything: no inspector"),
+    Hook(f"{SCHEDULER}.process_batch_result", "after", "scheduler.step", "scheduler", "step boundary: capture (the whole tree: MRC has no node arena), fingerprint, publish", "every capture"),
+    Hook(f"{SCHEDULER}.on_idle", "after", "scheduler.idle", "scheduler", "no batch to run: catch up if a snapshot request waits or the live stream is due", "snapshots of an idle engine wait for its next step"),
+    Hook(f"{MRC}._evict_leaf_node", "before", "mrc.leaf_evicting", "every", "a leaf and its slot leave the tree: eviction record", _EVICTIONS),
+    Hook(f"{MRC}._tombstone_internal_node", "before", "mrc.tombstoning", "every", "an inner node's slot evicted: tombstone, eviction record", _EVICTIONS + "; tombstones"),
+    Hook(f"{MRC}._delete_tombstone_leaf", "before", "mrc.tombstone_deleting", "every", "a tombstone left childless is deleted: its KV tokens", _EVICTIONS),
+    Hook(f"{MRC}.insert", "after", "mrc.inserted", "observed", "InsertEvent: slot, node (the mamba LRU's newest), seqlen, donated ping-pong index", "InsertEvents (checks insert-*)"),
+    Hook(f"{MRC}.match_prefix", "after", "mrc.matched", "observed", "MatchEvent; remembers the request for lock attribution", "MatchEvents"),
+    Hook(f"{MRC}.inc_lock_ref", "after", "mrc.locked", "observed", "LockEvent", "LockEvents"),
+    Hook(f"{MRC}.dec_lock_ref", "before", "mrc.unlocking", "observed", "LockEvent", "LockEvents"),
+    Hook(f"{MRC}.cache_finished_req", "around", "mrc.finish", "around", "the request a release's insert and unlock belong to; RequestEvent finish", "finish events, the request of a release's unlock"),
+    Hook(f"{MRC}.cache_unfinished_req", "around", "cache.checkpoint", "around", "which request a chunk checkpoint's insert and lock moves belong to", "the request of a checkpoint's lock moves"),
+    Hook(f"{MRC}.evict", "around", "cache.evict", "around", "one EvictEvent per outermost eviction: nodes, slots, tokens", "EvictEvents"),
+    Hook(f"{MAMBA_ALLOCATOR}._do_alloc", "after", "pools.allocated", "observed", "SlotEvent alloc", "SlotEvents",
+         fallbacks=(Hook(f"{MAMBA_POOL}.alloc", "after", "pools.allocated", "observed", "0.5.12: the pool allocates its own slots", "SlotEvents"),)),
+    Hook(f"{MAMBA_ALLOCATOR}.free", "before", "pools.freeing", "observed", "SlotEvent free", "SlotEvents",
+         fallbacks=(Hook(f"{MAMBA_POOL}.free", "before", "pools.freeing", "observed", "0.5.12: the pool frees its own slots", "SlotEvents"),)),
+    Hook(f"{MAMBA_ALLOCATOR}.alloc_group_begin", "before", "pools.group_begin", "observed", "an admission group opens: its pre-allocated slots", "admission-group slots show as unowned"),
+    Hook(f"{MAMBA_ALLOCATOR}.alloc_group_end", "after", "pools.group_end", "observed", "the admission group closed", "admission-group slots show as unowned"),
+    Hook(f"{SCHEDULE_BATCH}.prepare_for_extend", "before", "pools.admitting", "observed", "RequestEvent admit (requests without a KV row yet)", "admit events"),
+    Hook(f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", "pools.prefill_track", "observed", "TrackPlanEvent (prefill; the entry carries the slot id)", "prefill track plans (checks track-*)"),
+    Hook(f"{REQ}.reset_for_retract", "after", "pools.retracted", "observed", "RequestEvent retract", "retract events"),
+    Hook(f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear", "around", "cow.copy", "around", "CowEvent: sources, destinations and cleared slots fingerprinted (T3)", "T3 (cow-copy, cow-ran)"),
+    Hook(f"{MRC}.insert", "after", "mrc.state_inserted", "state", "T2: a state entered the tree: its slot, node and prefix tokens (the insert's key)", "T2 of cached states"),
+    Hook(f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "before", "state.collecting_copies", "state", "count of the copy-on-write path (demo summary, `Stats.paths`)", "the copy-on-write path count"),
+    Hook(f"{SCHEDULE_BATCH}.mix_with_running", "after", "state.mixed", "state", "count of mixed batches (`Stats.paths`)", "the mixed-batch count"),
+)  # fmt: skip

@@ -1,0 +1,149 @@
+"""The MambaRadixCache generation (sglang 0.5.12-0.5.15): its hook table binds to bodies, a
+request's flat fields read as 0.5.23's `req.kv`, and the `mamba-lru` check (#12007) on records
+and on sglang's real MambaRadixCache class (that part runs in a release venv that has it:
+`.venv-sglang-0.5.15/bin/python -m pytest tests/unit/test_mrc_generation.py`)."""
+
+from __future__ import annotations
+
+from mcinspect_engine_hooks.cpu_engine import patches
+
+patches.install()
+
+from array import array  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from mcinspect.checks import StepView, check_step  # noqa: E402
+from mcinspect.schema import NodeId  # noqa: E402
+from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
+from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE  # noqa: E402
+from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.hooks_mrc import HOOKS  # noqa: E402
+from mcinspect_engine_hooks.req_kv import FlatKv, kv_of, node_id_of, prefix_len_of  # noqa: E402
+from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
+
+import factory  # noqa: E402
+
+
+def test_every_row_binds_to_a_body_and_the_generation_comes_after_0_5_23s() -> None:
+    points = hook_points(EventSink(), ErrorCounter(), StateLog(), HOOKS)
+    bound = [h for h in HOOKS if h.kind != "scheduler"]
+    assert [target for target, _, _ in points] == ["sglang.srt." + h.target for h in bound]
+    assert GENERATIONS[-1] is MAMBA_RADIX_CACHE  # 0.5.23's generation is tried first
+    assert "mem_cache.mamba_radix_cache.MambaRadixCache.insert" in MAMBA_RADIX_CACHE.required
+
+
+def _flat_req(**fields: Any) -> SimpleNamespace:
+    base = dict(
+        rid="r", req_pool_idx=3, mamba_pool_idx=torch.tensor(5), mamba_ping_pong_track_buffer=torch.tensor([7, 8]),
+        mamba_next_track_idx=0, mamba_last_track_seqlen=64, mamba_cow_src_index=None, mamba_needs_clear=False,
+        prefix_indices=torch.arange(32), last_node=SimpleNamespace(id=12),
+    )  # fmt: skip
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_a_flat_request_reads_as_req_kv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mcinspect_engine_hooks.req_kv._lazy", lambda: False)
+    kv = kv_of(_flat_req())
+    assert isinstance(kv, FlatKv) and kv.holds_kv and kv.holds_mamba and kv.mamba_prev_track_seqlen is None
+    assert kv.mamba_last_track_idx == 1  # the eager swap moved next_track_idx past the tracked entry
+    assert kv_of(_flat_req(mamba_ping_pong_track_buffer=None)).mamba_last_track_idx is None
+    assert not kv_of(_flat_req(req_pool_idx=None)).holds_kv
+    assert not hasattr(kv, "mamba_ping_pong_empty")  # readers derive it from the buffer
+    monkeypatch.setattr("mcinspect_engine_hooks.req_kv._lazy", lambda: True)
+    assert kv_of(_flat_req()).mamba_last_track_idx == 0  # lazy: the state stays at next_track_idx
+    assert node_id_of(_flat_req().last_node) == 12 and node_id_of(4) == 4 and node_id_of(None) == -1
+    assert prefix_len_of(_flat_req()) == 32
+    with_kv = SimpleNamespace(kv="info", prefix_len=9)
+    assert kv_of(with_kv) == "info" and prefix_len_of(with_kv) == 9
+
+
+def _lru_chain(*, swapped: bool) -> list[Any]:
+    """Root 0 with three leaves holding slots; the mamba LRU list is 3 -> 2 -> 1 (newest first),
+    accessed at 3.0, 2.0, 1.0; `swapped` lists node 1 before node 2 without a new access."""
+    times = {1: 1.0, 2: 2.0, 3: 3.0}
+    order = [3, 1, 2] if swapped else [3, 2, 1]
+    older = {n: order[i + 1] if i + 1 < len(order) else -1 for i, n in enumerate(order)}
+    nodes = [factory.node(0, key_len=0, full_lock=1)]
+    for n in (1, 2, 3):
+        nodes.append(factory.node(n, parent=0, slot=n, last_access=times[n], mamba_lru_older=NodeId(older[n])))
+    return nodes
+
+
+def test_the_mamba_lru_check_flags_a_list_out_of_access_order() -> None:
+    assert check_step(StepView.first(factory.state(nodes=_lru_chain(swapped=False))), ["mamba-lru"]) == []
+    found = check_step(StepView.first(factory.state(nodes=_lru_chain(swapped=True))), ["mamba-lru"])
+    assert [(v.nodes, v.slots) for v in found] == [((1, 2), (1, 2))]
+    assert "eviction takes node 1's slot first though node 2's is older" in found[0].reason
+    broken = [*_lru_chain(swapped=False)[:3], factory.node(3, parent=0, slot=3, last_access=3.0, mamba_lru_older=NodeId(9))]
+    assert "which is not in the tree" in check_step(StepView.first(factory.state(nodes=broken)), ["mamba-lru"])[0].reason
+
+
+def test_0_5_23_records_leave_the_check_silent() -> None:
+    nodes = [factory.node(0, key_len=0), factory.node(1, parent=0, slot=1, last_access=5.0), factory.node(2, parent=0, slot=2)]
+    assert check_step(StepView.first(factory.state(nodes=nodes)), ["mamba-lru"]) == []
+
+
+# --- sglang's real MambaRadixCache (release venvs of 0.5.12-0.5.15) ---
+
+
+class _Slots:
+    """The mamba allocator and KV allocator the cache frees into (their lists are not read here)."""
+
+    def __init__(self) -> None:
+        self.freed: list[int] = []
+
+    def free(self, index: torch.Tensor) -> None:
+        self.freed += index.reshape(-1).tolist()
+
+
+def _real_cache() -> Any:
+    mrc = pytest.importorskip("sglang.srt.mem_cache.mamba_radix_cache", reason="MambaRadixCache: sglang <= 0.5.15")
+    cache = mrc.MambaRadixCache.__new__(mrc.MambaRadixCache)
+    slots = _Slots()
+    cache.__dict__.update(
+        req_to_token_pool=SimpleNamespace(mamba_allocator=slots), token_to_kv_pool_allocator=_Slots(),
+        mamba_cache_chunk_size=64, page_size=1, disable=False, enable_kv_cache_events=False,
+        enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False, kv_event_queue=[],
+        device=torch.device("cpu"),
+    )  # fmt: skip
+    cache.reset()
+    return cache
+
+
+def _insert(cache: Any, tokens: list[int], slot: int) -> None:
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    key = RadixKey(array("q", tokens), None)
+    cache.insert(InsertParams(key=key, value=torch.arange(len(tokens)), mamba_value=torch.tensor([slot])))
+
+
+def _records_check(cache: Any) -> list[Any]:
+    from mcinspect_engine_hooks.adapter_mrc import tree_view
+
+    view = tree_view(cache)
+    records = view.all_records(set())
+    return check_step(StepView.first(factory.state(nodes=list(records.values()))), ["mamba-lru"])
+
+
+def test_the_real_mamba_radix_cache_keeps_its_lru_in_order_and_the_check_sees_it_broken() -> None:
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    cache = _real_cache()
+    _insert(cache, [1, 2, 3, 4], 11)
+    _insert(cache, [1, 2, 3, 4, 5, 6], 12)  # a child of the first
+    _insert(cache, [1, 2, 9, 9], 13)  # splits the first at 2 (a split parent holds no state)
+    cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 7]), None)))
+    assert _records_check(cache) == []
+    cache.evict_mamba(1)  # the least recently used state goes: the list stays in order
+    assert _records_check(cache) == []
+    lru = cache.mamba_lru_list
+    oldest = lru.tail.mamba_prev
+    lru.reset_node_mru(oldest)  # moved to the front without an access: #12007's disagreement
+    found = _records_check(cache)
+    assert len(found) == 1 and found[0].nodes[0] == oldest.id, found
