@@ -4,9 +4,11 @@ A real Inspector (capture, request server, publisher) runs in-process on sglang'
 UnifiedRadixCache (Python tree core, CPU pools; tests/support/cpu_cache.py) built as in
 bench_capture.py, with mcinspect's hooks installed. The main thread plays the scheduler: each
 step makes 10 cache changes through sglang (bench_capture.Workload), calls `on_step`, then
-sleeps to a 10 ms step. A step's stall is its hook-side time as the scheduler feels it: the
-work of the step plus how late the thread got the GIL back after its sleep (the request and
-publisher threads encode while holding it). Each client action runs in a child process through
+sleeps to a 10 ms step. A step's stall is its time as the scheduler feels it: the work of the
+step plus how late the thread got the GIL back after its sleep (the request and publisher
+threads encode while holding it); the engine side runs at real-time priority where `chrt` may
+set it, so that other processes on a shared machine do not preempt it. The thread's own CPU time
+per step is printed beside it. Each client action runs in a child process through
 the real client (Session / Requester over the CURVE transport), as `mcinspect` would:
 
 - attach: the first client after the tree grew unwatched (its first full state), then follows
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +39,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ACTIONS = ("attach", "snapshot", "resync", "every-step", "overflow")
 STEP_S = 0.010
 """A step of the CPU demo is about 10 ms."""
+REALTIME = shutil.which("chrt") is not None and subprocess.run(["chrt", "-f", "20", "true"], capture_output=True).returncode == 0
+ENGINE_PRIORITY = ["chrt", "-f", "20"] if REALTIME else []
+"""The engine side runs real-time where it may: on a shared machine other processes would
+otherwise preempt the scheduler thread for longer than the stalls measured."""
+CLIENT_PRIORITY = ["chrt", "-o", "0"] if REALTIME else []
+"""The client, like any other process, does not."""
 
 
 # --- the client side (a child process) -------------------------------------------------
@@ -121,36 +130,37 @@ def engine(n_nodes: int) -> dict[str, float]:
                 inspector.on_step(scheduler, None)
 
     stalls: list[float] = []
+    cpu: list[float] = []
     wake_at = time.perf_counter()
 
     def step() -> None:
         nonlocal wake_at
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.thread_time()
         late = max(0.0, began - wake_at)
         work.ten_changes(rng)
         inspector.on_step(scheduler, None)
         ended = time.perf_counter()
         stalls.append(late + ended - began)
+        cpu.append(time.thread_time() - began_cpu)
         wake_at = max(ended, began + STEP_S - late)
         time.sleep(max(0.0, wake_at - time.perf_counter()))
 
     for _ in range(100):
         step()
-    quiet = statistics.median(stalls)
-    out = {"quiet": quiet}
-    env = dict(os.environ)
+    out = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu)}
     for action in ACTIONS:
         stalls.clear()
-        child = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--client", action, str(port)], stdout=subprocess.PIPE, env=env, text=True
-        )
+        cpu.clear()
+        command = [sys.executable, os.path.abspath(__file__), "--client", action, str(port)]
+        child = subprocess.Popen(CLIENT_PRIORITY + command, stdout=subprocess.PIPE, text=True)
         connected_at = None
         disturbed = False
+        lines = []
         while child.poll() is None:
             step()
             if connected_at is None and select.select([child.stdout], [], [], 0)[0]:
-                line = child.stdout.readline()
-                if line.startswith("connected"):
+                lines.append(child.stdout.readline())
+                if lines[-1].startswith("connected"):
                     connected_at = len(stalls)
             if connected_at is not None and not disturbed and len(stalls) - connected_at > 20:
                 disturbed = True
@@ -163,10 +173,11 @@ def engine(n_nodes: int) -> dict[str, float]:
                     sink.max_dirty = max_dirty
         for _ in range(50):  # what the action left behind (a big delta being encoded)
             step()
-        report = child.stdout.read().strip().splitlines()
+        report = "".join(lines + [child.stdout.read()]).strip().splitlines()
         if child.returncode != 0:
             sys.exit(f"client {action} failed")
         out[action] = max(stalls)
+        out[action + ".cpu"] = max(cpu)
         out[action + ".client"] = report[-1] if report else ""
     inspector.publisher.close()
     inspector.server.close()
@@ -180,7 +191,8 @@ def run_variant(site: str | None, n_nodes: int, key_dir: str) -> dict:
     env = dict(os.environ, MCINSPECT_KEY_DIR=key_dir)
     if site:
         env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)], env=env, capture_output=True, text=True)
+    command = [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)]
+    done = subprocess.run(ENGINE_PRIORITY + command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"engine bench failed ({n_nodes} nodes):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -204,13 +216,19 @@ def main(args: list[str]) -> None:
     if before_site is None:
         before_site = install_main()
     key_dir = tempfile.mkdtemp(prefix="mcinspect-keys-")
-    print(f"worst single-step scheduler stall, ms (quiet step: median without a client); before = {before_site}")
-    print(f"{'action':>11} {'nodes':>7} {'before':>9} {'after':>9}")
+    print(f"worst single-step scheduler stall, ms (quiet: median step without a client); before = {before_site}")
+    print(
+        f"wall: the step as the scheduler felt it (GIL waits included{', real-time priority' if REALTIME else ''}); cpu: its own thread's"
+    )
+    print(f"{'action':>11} {'nodes':>7} {'before wall':>12} {'after wall':>11} {'before cpu':>11} {'after cpu':>10}")
     for n in sizes:
         before = run_variant(before_site, n, key_dir)
+        print(f"  before, {n} nodes: {json.dumps(before)}", flush=True)  # kept if the run is cut short
         after = run_variant(None, n, key_dir)
         for action in ("quiet", *ACTIONS):
-            print(f"{action:>11} {n:>7} {before[action] * 1e3:>9.1f} {after[action] * 1e3:>9.1f}", flush=True)
+            walls = f"{before[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
+            cpus = f"{before[action + '.cpu'] * 1e3:>11.1f} {after[action + '.cpu'] * 1e3:>10.1f}"
+            print(f"{action:>11} {n:>7} {walls} {cpus}", flush=True)
         for action in ACTIONS:
             print(f"    {action} client saw: before {before[action + '.client']}  after {after[action + '.client']}", flush=True)
 
