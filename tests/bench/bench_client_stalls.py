@@ -87,6 +87,7 @@ def client(action: str, port: int) -> None:
 def engine(n_nodes: int) -> dict[str, float]:
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "..", "support"))
+    import gc
     import random
     import select
     import socket
@@ -131,6 +132,16 @@ def engine(n_nodes: int) -> dict[str, float]:
 
     stalls: list[float] = []
     cpu: list[float] = []
+    gc_pauses: list[float] = []
+    gc_began = [0.0]
+
+    def gc_timer(phase: str, info: dict) -> None:  # Python's cyclic collections, any thread
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+        else:
+            gc_pauses.append(time.perf_counter() - gc_began[0])
+
+    gc.callbacks.append(gc_timer)
     wake_at = time.perf_counter()
 
     def step() -> None:
@@ -151,6 +162,7 @@ def engine(n_nodes: int) -> dict[str, float]:
     for action in ACTIONS:
         stalls.clear()
         cpu.clear()
+        gc_pauses.clear()
         command = [sys.executable, os.path.abspath(__file__), "--client", action, str(port)]
         child = subprocess.Popen(CLIENT_PRIORITY + command, stdout=subprocess.PIPE, text=True)
         connected_at = None
@@ -178,6 +190,7 @@ def engine(n_nodes: int) -> dict[str, float]:
             sys.exit(f"client {action} failed")
         out[action] = max(stalls)
         out[action + ".cpu"] = max(cpu)
+        out[action + ".gc"] = max(gc_pauses, default=0.0)
         out[action + ".client"] = report[-1] if report else ""
     inspector.publisher.close()
     inspector.server.close()
@@ -229,6 +242,8 @@ def main(args: list[str]) -> None:
             walls = f"{before[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
             cpus = f"{before[action + '.cpu'] * 1e3:>11.1f} {after[action + '.cpu'] * 1e3:>10.1f}"
             print(f"{action:>11} {n:>7} {walls} {cpus}", flush=True)
+        gcs = ", ".join(f"{a} {before[a + '.gc'] * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}" for a in ACTIONS)
+        print(f"    longest cyclic GC pause during each action, ms before / after: {gcs}", flush=True)
         for action in ACTIONS:
             print(f"    {action} client saw: before {before[action + '.client']}  after {after[action + '.client']}", flush=True)
 
