@@ -45,7 +45,8 @@ batch k -> launch its forward -> process the result of batch k-1 -> capture. So 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,7 @@ from mcinspect.schema import (
 )
 
 from .adapter_0523 import UnsupportedCache, depth_of, node_end
+from .catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK, CatchUp
 from .events import EventSink
 from .generations import UNIFIED_TREE_CORE, Generation
 from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
@@ -118,7 +120,11 @@ class Capture:
     `full_state` sets the baseline; `step` moves it forward.
     """
 
-    def __init__(self, scheduler: Any, sink: EventSink, generation: Generation = UNIFIED_TREE_CORE) -> None:
+    def __init__(
+        self, scheduler: Any, sink: EventSink, generation: Generation = UNIFIED_TREE_CORE, *, budget_s: float | None = None
+    ) -> None:
+        """`budget_s`: spread a capture that must read many nodes over steps, this much time a
+        step (catch_up.py; `step` returns None until it is done); None reads all at once."""
         tree_cache = scheduler.tree_cache
         refusal = generation.refusal(tree_cache)
         if refusal:
@@ -146,6 +152,11 @@ class Capture:
         self._arena: dict[int, Any] | None = None
         self._max_node_id = -1
         self._step = Step(0)
+        self._budget_s = budget_s
+        self._catch_up: CatchUp | None = None
+        self._owners: dict[SlotId, NodeId] = {}
+        self.owner_changes: set[int] = set()
+        """Slots whose tree owner (`tree_owners`) changed at the last capture."""
 
     @property
     def full_detail(self) -> bool:
@@ -171,11 +182,32 @@ class Capture:
 
     def tree_owners(self) -> dict[SlotId, NodeId]:
         """Tree-owned slot -> its node, as of the last capture: -1 for a node the Rust core does
-        not show, the lowest id where several nodes claim one slot. O(tree-owned slots)."""
-        owners = {slot: min(nodes) for slot, nodes in self._tree_slots.items()}
-        for slot in self._tree_flat.tolist():
-            owners.setdefault(SlotId(slot), NodeId(-1))
-        return owners
+        not show, the lowest id where several nodes claim one slot. Kept up to date at each
+        capture, where `owner_changes` says which slots it changed; the caller must not change it."""
+        return self._owners
+
+    @property
+    def catching_up(self) -> bool:
+        """A capture spread over steps is under way: call `step` at every step until it is done."""
+        return self._catch_up is not None
+
+    def _move_owners(self, slots: Iterable[int]) -> set[int]:
+        """Bring `_owners` up to date for `slots` (their tree ownership may have moved); returns
+        those whose owner changed."""
+        flat = set(self._tree_flat.tolist()) if self._tree_flat.numel() else ()
+        owners = self._owners
+        changed = set()
+        for slot in slots:
+            sid = SlotId(slot)
+            nodes = self._tree_slots.get(sid)
+            owner = min(nodes) if nodes else NodeId(-1) if slot in flat else None
+            if owners.get(sid) != owner:
+                changed.add(slot)
+                if owner is None:
+                    del owners[sid]
+                else:
+                    owners[sid] = owner
+        return changed
 
     def full_state(self, step: Step, batch: Any = None) -> CacheState:
         """Everything, read afresh; becomes the baseline for the next `step`."""
@@ -201,12 +233,20 @@ class Capture:
         self._slots = {SlotId(slot): self._claims(slot, slot in free, slot in in_tree) for slot in range(1, self.size + 1)}
         self._kv = self._kv_reader.read()
         self._step = step
+        self._catch_up = None
+        self.owner_changes = self._move_owners(set(self._owners) | set(self._tree_slots) | set(self._tree_flat.tolist()))
         return self.state
 
     @property
     def state(self) -> CacheState:
-        """The baseline as of the last capture (a new CacheState; the records are shared)."""
+        """The state as of the last published capture (a new CacheState; the records are
+        shared): the baseline, or while a catch-up is under way the state before it."""
         assert self._kv is not None, "full_state() first"
+        if self._catch_up is not None:
+            frozen = self._catch_up.frozen
+            return CacheState(
+                step=frozen.step, nodes=dict(frozen.nodes), slots=dict(frozen.slots), requests=dict(frozen.requests), kv=frozen.kv
+            )
         return CacheState(
             step=self._step,
             nodes=dict(self._nodes),
@@ -215,21 +255,43 @@ class Capture:
             kv=self._kv,
         )
 
-    def step(self, step: Step, batch: Any = None) -> DeltaParts:
-        """What changed since the previous capture; moves the baseline to now."""
+    def step(self, step: Step, batch: Any = None) -> DeltaParts | None:
+        """What changed since the previous capture; moves the baseline to now. None while a
+        catch-up spread over steps is under way (nothing to publish yet; see catch_up.py)."""
         assert self._kv is not None, "full_state() first"
         held = self._pools.held_requests(self.scheduler, batch)
         resync = self.sink.overflowed  # too many marks piled up: re-read all, then diff
         if resync:
             self.sink.start_tracking()
             self._arena = None
+        catch_up = None
         if self._view.full_detail:
-            upserts, removed = self._python_nodes()
+            todo = self._marked_nodes()
+            catch_up = self._catch_up
+            spread = self._budget_s is not None and (resync or len(todo) > IMMEDIATE_NODES)
+            if catch_up is None and spread:
+                catch_up = self._catch_up = CatchUp(frozen=self.state)
+            if catch_up is None:
+                upserts, removed = self._read_nodes(todo, set())
+                changed_slots = self._apply_nodes(upserts, removed)
+            else:
+                catch_up.todo |= todo
+                if resync:
+                    catch_up.slots |= set(range(1, self.size + 1))
+                free = self._read_free()  # the free list moves step by step too: a tree filling up takes every slot
+                catch_up.slots |= free ^ self._free
+                self._free = free
+                if not self._advance(catch_up):
+                    return None
+                self._catch_up = None
+                upserts, removed = list(catch_up.upserts.values()), list(catch_up.removed)
+                changed_slots = set()
         else:
             upserts, removed = self._rust_nodes(held)
-        changed_slots = self._apply_nodes(upserts, removed)
-        upsert_requests, removed_requests, moved = self._apply_requests(held)
-        changed_slots |= moved
+            changed_slots = self._apply_nodes(upserts, removed)
+        owner_changes = self._move_owners(changed_slots) if catch_up is None else catch_up.owner_changes
+        upsert_requests, removed_requests, claims_moved = self._apply_requests(held)
+        changed_slots |= claims_moved
 
         admission = set(self.sink.admission_slots())
         changed_slots |= admission ^ self._admission
@@ -237,17 +299,44 @@ class Capture:
         free = self._read_free()
         changed_slots |= free ^ self._free
         self._free = free
-        if resync:
+        if resync and catch_up is None:
             changed_slots |= set(range(1, self.size + 1))
 
         slots = self._reclaim(changed_slots, free)
+        if catch_up is not None:
+            slots = {**catch_up.claims, **slots}
         kv = None
         if self._kv_reader.changed():
             now = self._kv_reader.read()
             if now != self._kv:
                 kv = self._kv = now
         self._step = step
+        self.owner_changes = owner_changes
         return DeltaParts(upserts, removed, slots, upsert_requests, removed_requests, kv)
+
+    def _advance(self, catch_up: CatchUp) -> bool:
+        """Read the catch-up's nodes, then rebuild its slots, in chunks until the step's budget
+        is spent (at least one chunk of each a step, so both finish while the tree changes);
+        True when nothing is left (the step then publishes it all)."""
+        assert self._budget_s is not None
+        deadline = time.perf_counter() + self._budget_s
+        catch_up.steps += 1
+        todo, slots = catch_up.todo, catch_up.slots
+        while todo:
+            chunk = {todo.pop() for _ in range(min(NODE_CHUNK, len(todo)))}
+            upserts, removed = self._read_nodes(chunk, todo)
+            catch_up.read(upserts, removed)
+            moved = self._apply_nodes(upserts, removed)
+            slots |= moved
+            catch_up.owner_changes |= self._move_owners(moved)
+            if time.perf_counter() >= deadline:
+                break
+        while slots:
+            chunk = {slots.pop() for _ in range(min(SLOT_CHUNK, len(slots)))}
+            catch_up.claims.update(self._reclaim(chunk, self._free))  # the baseline's inputs: see catch_up.py
+            if time.perf_counter() >= deadline:
+                break
+        return not todo and not slots
 
     def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[Rid], set[int]]:
         """Move the request baseline: (upserts, removed, slots whose request claims changed)."""
@@ -260,9 +349,10 @@ class Capture:
 
     # --- nodes ---
 
-    def _python_nodes(self) -> tuple[list[NodeRecord], list[NodeId]]:
-        view = self._view
-        arena = view.arena()
+    def _marked_nodes(self) -> set[int]:
+        """Python core: the nodes to read for this step (marked by the hooks, created since,
+        or every node when the arena was replaced)."""
+        arena = self._view.arena()
         dirty = self.sink.take_dirty_nodes()
         if arena is not self._arena:  # reset() (or a mark overflow): every node may differ
             dirty |= set(self._nodes) | set(arena)
@@ -272,14 +362,21 @@ class Capture:
                 break
             dirty.add(node_id)
         self._max_node_id = max(self._max_node_id, next(reversed(arena), -1))  # the newest is the largest
-        removed = [NodeId(n) for n in dirty if n not in arena and n in self._nodes]
-        alive = [arena[n] for n in dirty if n in arena]
+        return dirty
+
+    def _read_nodes(self, ids: set[int], pending: set[int]) -> tuple[list[NodeRecord], list[NodeId]]:
+        """Records of `ids` that differ from the baseline, and those of them that left the tree;
+        `pending`: nodes still to read after these (their baseline depth may be stale)."""
+        view = self._view
+        arena = view.arena()
+        removed = [NodeId(n) for n in ids if n not in arena and n in self._nodes]
+        alive = [arena[n] for n in ids if n in arena]
         memo: dict[int, int] = {}
         baseline = self._nodes
 
         def known(node_id: int) -> int | None:
             record = baseline.get(NodeId(node_id))
-            return record.depth if record is not None and node_id not in dirty else None
+            return record.depth if record is not None and node_id not in ids and node_id not in pending else None
 
         items = [(node, depth_of(node, known, memo)) for node in alive]
         records = view.records(items, self.sink.tombstones)

@@ -10,15 +10,20 @@ later change while the same node owns it is what check T1 reports.
 A slot is fingerprinted the first step it is stable, and again every RECHECK_EVERY steps while
 its node keeps it (T1 sees an in-place change of a cached state within that many steps): on the
 CPU engine a call costs about the same for 1 slot as for 30 (a few KB each; the fixed cost of
-the torch ops dominates), so steps without a new stable slot mostly skip the call. On a GPU a
-slot is tens of MB, so MCINSPECT_FINGERPRINT_BUDGET caps the slots per call; the rest are
-visited round-robin over the following calls.
+the torch ops dominates), so steps without a new stable slot mostly skip the call. A call reads
+at most `budget` slots (MCINSPECT_FINGERPRINT_BUDGET, default DEFAULT_BUDGET; on a GPU a slot is
+tens of MB): past it, never-read slots first, then the others round-robin over the following
+calls, so on a large tree a recheck comes round every RECHECK_EVERY * slots / budget steps.
+Per capture the work is O(slots whose owner changed + budget), not O(tree): the capture says
+which slots changed owner.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -28,6 +33,9 @@ from mcinspect_kernels.fingerprint import fingerprint_slots
 
 BUDGET_ENV = "MCINSPECT_FINGERPRINT_BUDGET"
 RECHECK_EVERY = 4
+DEFAULT_BUDGET = 256
+"""Slots per fingerprint call: about 1.3 ms of the scheduler thread on this CPU, where 1024 slots
+took 21 ms (the demo's pools are smaller, so there every stable slot is read at every call)."""
 
 
 class ContentCapture:
@@ -38,24 +46,42 @@ class ContentCapture:
         self._conv: list[torch.Tensor] = list(cache.conv)
         self._temporal: torch.Tensor = cache.temporal
         budget = os.environ.get(BUDGET_ENV)
-        self._budget = int(budget) if budget else None
+        self._budget = int(budget) if budget else DEFAULT_BUDGET
         self._previous_owners: dict[int, int] = {}
+        """Only for callers that do not say which owners changed."""
         self._contents: dict[SlotId, SlotContent] = {}
+        self._unsettled: set[int] = set()
+        """Owned slots whose owner changed at the last capture: stable from the next one on."""
+        self._missing: set[int] = set()
+        """Stable slots never fingerprinted under their owner (past the last call's budget)."""
         self._queue: deque[int] = deque()
+        """Round-robin of the slots to recheck; entries of slots that left the tree are skipped."""
+        self._queued: set[int] = set()
 
-    def capture(self, step: Step, owners: dict[int, int]) -> tuple[dict[SlotId, SlotContent], list[SlotId]]:
+    def capture(
+        self, step: Step, owners: Mapping[int, int], changes: set[int] | None = None
+    ) -> tuple[dict[SlotId, SlotContent], list[SlotId]]:
         """Fingerprint the slots `owners` (slot -> node) that the same node owned last step.
 
-        Returns the new or changed fingerprints, and the slots whose fingerprint was dropped
-        because they left the tree or changed owner (their old content describes nothing now)."""
-        stable = [slot for slot, node in owners.items() if self._previous_owners.get(slot) == node]
-        dropped = [slot for slot in self._contents if owners.get(slot) != self._previous_owners.get(slot)]
-        self._previous_owners = dict(owners)
+        `changes`: the slots whose owner changed since the last call (None: found by comparing
+        with the owners of the last call, O(tree)). Returns the new or changed fingerprints, and
+        the slots whose fingerprint was dropped because they left the tree or changed owner
+        (their old content describes nothing now)."""
+        if changes is None:
+            changes = {s for s in owners.keys() | self._previous_owners.keys() if owners.get(s) != self._previous_owners.get(s)}
+            self._previous_owners = dict(owners)
+        dropped = [SlotId(slot) for slot in self._contents.keys() & changes]
         for slot in dropped:
             del self._contents[slot]
-        if step % RECHECK_EVERY and all(slot in self._contents for slot in stable):
+        settled = (self._unsettled - changes) & owners.keys()
+        self._unsettled = changes & owners.keys()
+        self._missing = (self._missing - changes) | settled
+        fresh_queue = settled - self._queued
+        self._queue.extend(fresh_queue)
+        self._queued |= fresh_queue
+        if step % RECHECK_EVERY and not self._missing:
             return {}, dropped
-        slots = self._within_budget(stable)
+        slots = self._pick(owners)
         if not slots:
             return {}, dropped
         ids = torch.tensor(slots, dtype=torch.int64, device=self._temporal.device)
@@ -69,25 +95,28 @@ class ContentCapture:
             if known is None or (known.fingerprint, known.nonfinite, known.zero) != (fingerprint, nonfinite, zero):
                 fresh[SlotId(slot)] = content
         self._contents.update(fresh)
+        self._missing.difference_update(slots)
         return fresh, dropped
 
     def current(self) -> dict[SlotId, SlotContent]:
         return dict(self._contents)
 
-    def _within_budget(self, stable: list[int]) -> list[int]:
-        if self._budget is None or len(stable) <= self._budget:
-            return stable
-        # Never-fingerprinted slots first, then round-robin over the rest.
-        new = [slot for slot in stable if slot not in self._contents]
-        if len(new) >= self._budget:
-            return new[: self._budget]
-        stable_set = set(stable)
-        self._queue = deque(slot for slot in self._queue if slot in stable_set)
-        queued = set(self._queue)
-        self._queue.extend(slot for slot in stable if slot not in queued and slot not in new)
-        picked = list(new)
-        while len(picked) < self._budget and self._queue:
+    def _pick(self, owners: Mapping[int, int]) -> list[int]:
+        """The stable slots to read now: all when they fit the budget, else never-read ones
+        first, then the round-robin."""
+        if len(owners) - len(self._unsettled) <= self._budget:
+            return sorted(slot for slot in owners if slot not in self._unsettled)
+        picked = list(itertools.islice(self._missing, self._budget))
+        chosen = set(picked)
+        for _ in range(len(self._queue)):
+            if len(picked) >= self._budget:
+                break
             slot = self._queue.popleft()
-            picked.append(slot)
+            if slot not in owners:
+                self._queued.discard(slot)  # left the tree; queued again once stable under a new owner
+                continue
             self._queue.append(slot)
+            if slot not in self._unsettled and slot not in chosen:
+                picked.append(slot)
+                chosen.add(slot)
         return picked

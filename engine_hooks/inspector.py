@@ -47,6 +47,7 @@ from mcinspect.schema import (
 
 from . import extensions
 from .capture import Capture
+from .catch_up import CATCH_UP_BUDGET_S
 from .config import HooksConfig
 from .contents import ContentCapture
 from .events import EventSink
@@ -97,7 +98,7 @@ class Inspector:
         self._wanted = threading.Event()
         """A snapshot request waits for a capture."""
         self._fresh = threading.Condition()
-        self.capture = Capture(scheduler, sink, selection.generation)
+        self.capture = Capture(scheduler, sink, selection.generation, budget_s=CATCH_UP_BUDGET_S)
         self.capture.full_state(Step(0))
         self.contents = ContentCapture(scheduler)
         self.state_log = state_log
@@ -167,10 +168,11 @@ class Inspector:
             self.server.ensure_serving()
         if sink.observed:  # planned at the previous boundary: its hooks kept evidence
             step = Step(self._step)
-            self._capture(scheduler, batch, step, sink.drain(step))
+            if not self._capture(scheduler, batch, step, sink.drain(step)):
+                self._unobserved += 1  # its events are gone, as in a step nobody watched
         else:
             self._unobserved += 1
-            if self._wanted.is_set():
+            if self._wanted.is_set() or self.capture.catching_up:
                 self._capture(scheduler, batch, Step(self._step), [])
         self._plan_next_step()
 
@@ -193,7 +195,7 @@ class Inspector:
         if self._captured_step >= self._step and not news:
             return
         due = news or self.cadence.idle_due(time.perf_counter(), self.errors.seconds)
-        if self._wanted.is_set() or (self.publisher.watched and due):
+        if self._wanted.is_set() or self.capture.catching_up or (self.publisher.watched and due):
             step = Step(self._step)
             self._capture(scheduler, None, step, self.sink.drain(step))
 
@@ -219,13 +221,16 @@ class Inspector:
         except VerifyUnavailable as exc:
             return ErrorReply(schema_version=SCHEMA_VERSION, reason=str(exc))
 
-    def _capture(self, scheduler: Any, batch: Any, step: Step, events: list[Event]) -> None:
+    def _capture(self, scheduler: Any, batch: Any, step: Step, events: list[Event]) -> bool:
+        """Capture and publish `step`; False when a catch-up still runs (nothing published)."""
         began = time.perf_counter()
         with self._lock:  # snapshots and stats replies read the same state on the request thread
             parts = self.capture.step(step, batch)
+            if parts is None:  # a catch-up spread over steps (catch_up.py): this step is not published
+                return False
             owners = self.capture.tree_owners()
-            contents, dropped = self.contents.capture(step, owners)
-            contents, dropped = self.verifier.after_capture(contents, dropped, owners.keys())
+            contents, dropped = self.contents.capture(step, owners, self.capture.owner_changes)
+            contents, dropped = self.verifier.after_capture(contents, dropped, owners)
             events = events + self.verifier.take_events()
             self._seq += 1
             delta = msgspec.structs.replace(
@@ -242,6 +247,7 @@ class Inspector:
             self._wanted.clear()
             with self._fresh:
                 self._fresh.notify_all()
+        return True
 
     @property
     def step(self) -> int:

@@ -26,6 +26,8 @@ from mcinspect.auth import CurveKeys, secure_server
 from mcinspect.schema import EVERY_STEP_TOPIC, STREAM_TOPIC, Delta
 from mcinspect.target import allow_ipv6, zmq_address
 
+from .rested_encode import encode_rested
+
 logger = logging.getLogger("mcinspect.engine_hooks")
 
 _POLL_S = 0.1
@@ -156,7 +158,7 @@ class Publisher:
 
     def _send(self, encoder: msgspec.msgpack.Encoder, delta: Delta) -> None:
         try:
-            payload = encoder.encode(delta)
+            payload = encode_rested(encoder, delta)  # a catch-up's delta is big: in pieces, with rests
             seq = int(delta.seq)
             header = seq.to_bytes(8, "big")
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
@@ -173,7 +175,7 @@ class Publisher:
             self._last_sent = seq
         # Into the ring before onto the wire: any seq a client has seen is in the ring.
         try:
-            self._socket.send_multipart([STREAM_TOPIC, header, payload], flags=zmq.NOBLOCK)
+            self._socket.send_multipart([STREAM_TOPIC, header, payload], flags=zmq.NOBLOCK, copy=len(payload) < 65536)
         except zmq.Again:
             self._count_drop()  # PUB drops rather than blocks; this guards a libzmq that says so
             return

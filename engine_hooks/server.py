@@ -49,6 +49,7 @@ from mcinspect.untrusted import MAX_DEPTH, DecodeFailed, decode, msgpack_depth_e
 
 from .publisher import HistoryWindow
 from .request_budget import ClientRates, TimeShare
+from .rested_encode import encode_rested
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
@@ -258,7 +259,7 @@ class RequestServer:
         snapshot = self._snapshot()
         if self._encoded is not None and self._encoded[0] is snapshot:
             return self._encoded[1]
-        encoded = self._encoder.encode(snapshot)
+        encoded = encode_rested(self._encoder, snapshot)  # in pieces: the scheduler thread keeps the GIL
         self._encoded = (snapshot, encoded)
         return encoded
 

@@ -31,7 +31,7 @@ import threading
 import time
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -519,7 +519,7 @@ class Verifier:
     # --- what the captures carry ---
 
     def after_capture(
-        self, fresh: dict[SlotId, SlotContent], dropped: list[SlotId], tree_slots: Iterable[int]
+        self, fresh: dict[SlotId, SlotContent], dropped: list[SlotId], tree_slots: Mapping[int, int] | Iterable[int]
     ) -> tuple[dict[SlotId, SlotContent], list[SlotId]]:
         """(contents, removed contents) for the delta: `fresh` (new fingerprints) plus the
         records verified since the last capture; `dropped` plus the verified records that left
@@ -530,7 +530,7 @@ class Verifier:
         changed, or sglang's Rust core hid the node) the fingerprint goes out as it is, so no
         verification is ever reported twice. Verified records of slots no longer in the tree
         are forgotten."""
-        in_tree = set(tree_slots)
+        in_tree = tree_slots if isinstance(tree_slots, Mapping) else set(tree_slots)  # the owners map: no O(tree) copy
         self._verified = {slot: c for slot, c in self._verified.items() if slot in in_tree}
         removed = list(dropped)
         removed += [slot for slot in self._client_has if slot not in in_tree and slot not in set(dropped)]

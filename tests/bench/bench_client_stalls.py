@@ -1,0 +1,257 @@
+"""Worst single-step scheduler stall per client action vs tree size, before / after side by side.
+
+A real Inspector (capture, request server, publisher) runs in-process on sglang's real
+UnifiedRadixCache (Python tree core, CPU pools; tests/support/cpu_cache.py) built as in
+bench_capture.py, with mcinspect's hooks installed. The main thread plays the scheduler: each
+step makes 10 cache changes through sglang (bench_capture.Workload), calls `on_step`, then
+sleeps to a 10 ms step. A step's stall is its time as the scheduler feels it: the work of the
+step plus how late the thread got the GIL back after its sleep (the request and publisher
+threads encode while holding it); the engine side runs at real-time priority where `chrt` may
+set it, so that other processes on a shared machine do not preempt it. The thread's own CPU time
+per step is printed beside it. Each client action runs in a child process through
+the real client (Session / Requester over the CURVE transport), as `mcinspect` would:
+
+- attach: the first client after the tree grew unwatched (its first full state), then follows
+  the live stream;
+- snapshot: one GetSnapshot (`mcinspect snapshot`);
+- resync: a live session; the engine then loses a delta (as a full publisher queue does) and
+  the ring no longer holds it, so the client resyncs from a snapshot;
+- every-step: a session that subscribes to every step (`record`, `check PORT`);
+- overflow: an every-step session while the hooks' dirty marks overflow (the catch-up path).
+
+"before": the same bench with the main branch's packages (or `--before-site DIR`'s) first on the
+path, run back to back in child processes. Run (holds the engine lock: it is a benchmark):
+
+    flock /tmp/mcinspect-engine.lock .venv/bin/python tests/bench/bench_client_stalls.py [N_NODES ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ACTIONS = ("attach", "snapshot", "resync", "every-step", "overflow")
+STEP_S = 0.010
+"""A step of the CPU demo is about 10 ms."""
+REALTIME = shutil.which("chrt") is not None and subprocess.run(["chrt", "-f", "20", "true"], capture_output=True).returncode == 0
+ENGINE_PRIORITY = ["chrt", "-f", "20"] if REALTIME else []
+"""The engine side runs real-time where it may: on a shared machine other processes would
+otherwise preempt the scheduler thread for longer than the stalls measured."""
+CLIENT_PRIORITY = ["chrt", "-o", "0"] if REALTIME else []
+"""The client, like any other process, does not."""
+
+
+# --- the client side (a child process) -------------------------------------------------
+
+
+def client(action: str, port: int) -> None:
+    from mcinspect.client import Requester
+    from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, Snapshot
+    from mcinspect.session import Session
+    from mcinspect.target import Target
+
+    target = Target("127.0.0.1", port)
+    if action == "snapshot":
+        requester = Requester(target)
+        requester.send(GetSnapshot(schema_version=SCHEMA_VERSION))
+        if not requester.socket.poll(60_000):
+            sys.exit("no snapshot")
+        reply = requester.receive()
+        assert isinstance(reply, Snapshot), reply
+        print(json.dumps({"nodes": len(reply.state.nodes)}), flush=True)
+        return
+    every_step = action in ("every-step", "overflow")
+    with Session(target, every_step=every_step, timeout_s=60.0) as session:
+        session.connect()
+        print("connected", flush=True)
+        deadline = time.monotonic() + (8.0 if action in ("resync", "overflow") else 3.0)
+        while time.monotonic() < deadline:
+            session.poll(0.05)
+            if action == "resync" and session.counters().resyncs:
+                break
+        counters = session.counters()
+        latest = session.latest()
+        nodes = len(latest.state.nodes) if latest is not None else 0
+        print(json.dumps({"nodes": nodes, "resyncs": counters.resyncs, "gaps": counters.gaps}), flush=True)
+
+
+# --- the engine side (a child process per variant and size) --------------------------------
+
+
+def engine(n_nodes: int) -> dict[str, float]:
+    sys.path.insert(0, HERE)
+    sys.path.insert(0, os.path.join(HERE, "..", "support"))
+    import gc
+    import random
+    import select
+    import socket
+    import statistics
+    from types import SimpleNamespace
+
+    import bench_capture  # installs the CPU patches before sglang is imported
+
+    from mcinspect_engine_hooks.config import HooksConfig
+    from mcinspect_engine_hooks.events import EventSink, hook_points
+    from mcinspect_engine_hooks.generations import select as select_generation
+    from mcinspect_engine_hooks.guard import ErrorCounter
+    from mcinspect_engine_hooks.hooks_0523 import HOOKS
+    from mcinspect_engine_hooks.inspector import Inspector
+    from mcinspect_engine_hooks.state_log import StateLog
+
+    import cpu_cache
+
+    groups = max(1, n_nodes // (bench_capture.PER_GROUP + 1))
+    tree_tokens = (bench_capture.PREFIX + bench_capture.SUFFIX * bench_capture.PER_GROUP) * groups
+    spare = 20_000  # slots and KV for the steps' own inserts
+    scheduler = cpu_cache.build_cache(mamba_slots=groups * bench_capture.PER_GROUP + spare, kv_size=tree_tokens * 5 // 4 + spare * 16)
+    scheduler.server_args = SimpleNamespace(model_path="bench", mamba_radix_cache_strategy="extra_buffer", dp_size=1)
+    scheduler.page_size = 1
+    scheduler.enable_overlap = False
+    scheduler.max_total_num_tokens = tree_tokens
+    scheduler.device = "cpu"
+    selection = select_generation()
+    errors, sink, state_log = ErrorCounter(), EventSink(), StateLog()
+    cpu_cache.install_hooks([(t, w, h) for t, w, h in hook_points(sink, errors, state_log, HOOKS)])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inspector = Inspector(scheduler, HooksConfig(base_port=port, verify="off", track_writes=False), errors, sink, state_log, selection)
+    work = bench_capture.Workload(scheduler)
+    rng = random.Random(0)
+    for group in range(groups):  # the tree grows while nobody watches: steps are only counted
+        for i in range(bench_capture.PER_GROUP):
+            work.insert(group)
+            if i % 10 == 0:
+                inspector.on_step(scheduler, None)
+
+    stalls: list[float] = []
+    cpu: list[float] = []
+    gc_pauses: list[float] = []
+    gc_began = [0.0]
+
+    def gc_timer(phase: str, info: dict) -> None:  # Python's cyclic collections, any thread
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+        else:
+            gc_pauses.append(time.perf_counter() - gc_began[0])
+
+    gc.callbacks.append(gc_timer)
+    wake_at = time.perf_counter()
+
+    def step() -> None:
+        nonlocal wake_at
+        began, began_cpu = time.perf_counter(), time.thread_time()
+        late = max(0.0, began - wake_at)
+        work.ten_changes(rng)
+        inspector.on_step(scheduler, None)
+        ended = time.perf_counter()
+        stalls.append(late + ended - began)
+        cpu.append(time.thread_time() - began_cpu)
+        wake_at = max(ended, began + STEP_S - late)
+        time.sleep(max(0.0, wake_at - time.perf_counter()))
+
+    for _ in range(100):
+        step()
+    out = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu)}
+    for action in ACTIONS:
+        stalls.clear()
+        cpu.clear()
+        gc_pauses.clear()
+        command = [sys.executable, os.path.abspath(__file__), "--client", action, str(port)]
+        child = subprocess.Popen(CLIENT_PRIORITY + command, stdout=subprocess.PIPE, text=True)
+        connected_at = None
+        disturbed = False
+        lines = []
+        while child.poll() is None:
+            step()
+            if connected_at is None and select.select([child.stdout], [], [], 0)[0]:
+                lines.append(child.stdout.readline())
+                if lines[-1].startswith("connected"):
+                    connected_at = len(stalls)
+            if connected_at is not None and not disturbed and len(stalls) - connected_at > 20:
+                disturbed = True
+                if action == "resync":  # a delta lost on the way out (the publisher's queue was full)
+                    with inspector._lock:
+                        inspector._seq += 1
+                elif action == "overflow":  # more dirty marks than the sink holds
+                    max_dirty, sink.max_dirty = sink.max_dirty, 0
+                    step()
+                    sink.max_dirty = max_dirty
+        for _ in range(50):  # what the action left behind (a big delta being encoded)
+            step()
+        report = "".join(lines + [child.stdout.read()]).strip().splitlines()
+        if child.returncode != 0:
+            sys.exit(f"client {action} failed")
+        out[action] = max(stalls)
+        out[action + ".cpu"] = max(cpu)
+        out[action + ".gc"] = max(gc_pauses, default=0.0)
+        out[action + ".client"] = report[-1] if report else ""
+    inspector.publisher.close()
+    inspector.server.close()
+    return out
+
+
+# --- the driver ---------------------------------------------------------------------------
+
+
+def run_variant(site: str | None, n_nodes: int, key_dir: str) -> dict:
+    env = dict(os.environ, MCINSPECT_KEY_DIR=key_dir)
+    if site:
+        env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
+    command = [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)]
+    done = subprocess.run(ENGINE_PRIORITY + command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"engine bench failed ({n_nodes} nodes):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def install_main() -> str:
+    """The main branch's packages, installed into a directory of their own."""
+    source, site = tempfile.mkdtemp(prefix="mcinspect-main-"), tempfile.mkdtemp(prefix="mcinspect-before-")
+    archive = subprocess.run(["git", "-C", HERE, "archive", "main"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", source], input=archive, check=True)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, source]
+    subprocess.run(pip, check=True)
+    return site
+
+
+def main(args: list[str]) -> None:
+    before_site = None
+    if args[:1] == ["--before-site"]:
+        before_site, args = args[1], args[2:]
+    sizes = [int(a) for a in args] or [1_000, 10_000, 100_000]
+    if before_site is None:
+        before_site = install_main()
+    key_dir = tempfile.mkdtemp(prefix="mcinspect-keys-")
+    print(f"worst single-step scheduler stall, ms (quiet: median step without a client); before = {before_site}")
+    print(
+        f"wall: the step as the scheduler felt it (GIL waits included{', real-time priority' if REALTIME else ''}); cpu: its own thread's"
+    )
+    print(f"{'action':>11} {'nodes':>7} {'before wall':>12} {'after wall':>11} {'before cpu':>11} {'after cpu':>10}")
+    for n in sizes:
+        before = run_variant(before_site, n, key_dir)
+        print(f"  before, {n} nodes: {json.dumps(before)}", flush=True)  # kept if the run is cut short
+        after = run_variant(None, n, key_dir)
+        for action in ("quiet", *ACTIONS):
+            walls = f"{before[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
+            cpus = f"{before[action + '.cpu'] * 1e3:>11.1f} {after[action + '.cpu'] * 1e3:>10.1f}"
+            print(f"{action:>11} {n:>7} {walls} {cpus}", flush=True)
+        gcs = ", ".join(f"{a} {before[a + '.gc'] * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}" for a in ACTIONS)
+        print(f"    longest cyclic GC pause during each action, ms before / after: {gcs}", flush=True)
+        for action in ACTIONS:
+            print(f"    {action} client saw: before {before[action + '.client']}  after {after[action + '.client']}", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--client"]:
+        client(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1:2] == ["--engine"]:
+        print(json.dumps(engine(int(sys.argv[2]))), flush=True)
+    else:
+        main(sys.argv[1:])

@@ -1,0 +1,162 @@
+"""A capture spread over steps (catch_up.py) against sglang 0.5.23's real cache classes on CPU
+tensors: the tree changes between the chunks, and the one delta at the end still takes the last
+published state to exactly what a full read sees; no step reads more than its share; snapshots
+meanwhile serve the last published state."""
+
+from __future__ import annotations
+
+from mcinspect_engine_hooks.cpu_engine import patches
+
+patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
+
+import random  # noqa: E402
+from array import array  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+from cache_driver import Driver  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+
+from mcinspect.schema import CacheState, Counters, Seq, Step, apply_delta  # noqa: E402
+from mcinspect_engine_hooks.capture import Capture  # noqa: E402
+from mcinspect_engine_hooks.catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK  # noqa: E402
+from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
+from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.hooks_0523 import HOOKS  # noqa: E402
+from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
+
+import cpu_cache  # noqa: E402
+
+GROUPS, PER_GROUP = 12, 40
+
+
+@pytest.fixture
+def hooks() -> Iterator[tuple[EventSink, ErrorCounter]]:
+    sink, errors = EventSink(), ErrorCounter()
+    restore = cpu_cache.install_hooks(hook_points(sink, errors, StateLog(), HOOKS))
+    yield sink, errors
+    restore()
+
+
+class Tree:
+    """A branching tree built through sglang's own insert / match / lock / evict."""
+
+    def __init__(self) -> None:
+        self.scheduler = cpu_cache.build_cache(mamba_slots=GROUPS * PER_GROUP * 2 + 200, kv_size=16_384)
+        self.drive = Driver(self.scheduler)
+        self.keys: list[list[int]] = []
+        self.rng = random.Random(0)
+
+    def insert(self) -> None:
+        group = self.rng.randrange(GROUPS)
+        key = [1000 + group, 2000 + group, 3000 + self.rng.randrange(3), 4000 + len(self.keys), 5000 + len(self.keys)]
+        self.drive.insert(key)
+        self.keys.append(key)
+
+    def change(self) -> None:
+        """A step's worth: inserts (some split nodes), matches, a lock / unlock, an eviction."""
+        tree = self.scheduler.tree_cache
+        for _ in range(3):
+            self.insert()
+        node = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", self.rng.choice(self.keys))))).last_device_node
+        tree.unlock(tree.lock(node))
+        tree.evict(EvictParams(num_tokens=0, mamba_num=1))
+        tree.evict(EvictParams(num_tokens=5))
+
+
+def full_read(scheduler: SimpleNamespace, sink: EventSink, step: int) -> CacheState:
+    return Capture(scheduler, sink).full_state(Step(step))
+
+
+def spy(capture: Capture) -> tuple[list[int], list[int]]:
+    """Nodes read per `records` call and slots rebuilt per `_reclaim` call."""
+    nodes: list[int] = []
+    slots: list[int] = []
+    records, reclaim = capture._view.records, capture._reclaim
+
+    def counted_records(items, tombstones):  # noqa: ANN001, ANN202
+        nodes.append(len(items))
+        return records(items, tombstones)
+
+    def counted_reclaim(wanted, free):  # noqa: ANN001, ANN202
+        slots.append(len(wanted))
+        return reclaim(wanted, free)
+
+    capture._view.records = counted_records
+    capture._reclaim = counted_reclaim
+    return nodes, slots
+
+
+def catch_up(tree: Tree, capture: Capture, published: CacheState) -> tuple[CacheState, int]:
+    """Step until the catch-up publishes, changing the tree between steps; returns the state
+    the published delta leads to and the step it came at."""
+    before = capture.state
+    n = 1
+    while True:
+        parts = capture.step(Step(n))
+        if parts is not None:
+            apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+            return published, n
+        assert capture.catching_up and capture.state == before  # snapshots serve the last published state
+        tree.change()
+        n += 1
+
+
+def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    sink, errors = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)  # one chunk a step
+    published = capture.full_state(Step(0))
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    assert len(tree.scheduler.tree_cache.tree_core._node_arena) > IMMEDIATE_NODES
+    nodes, slots = spy(capture)
+    state, n = catch_up(tree, capture, published)
+    assert n > 5  # it was spread over steps
+    assert max(nodes) <= NODE_CHUNK and max(slots) <= SLOT_CHUNK
+    assert state == full_read(tree.scheduler, sink, n)
+    owners = {r.mamba_slot: r.id for r in state.nodes.values() if r.mamba_slot >= 0}
+    assert capture.tree_owners() == owners
+    assert capture.owner_changes >= set(owners)  # every slot the tree took since the last capture
+    # the next steps are ordinary again
+    tree.change()
+    parts = capture.step(Step(n + 1))
+    assert parts is not None and not capture.catching_up
+    apply_delta(state, parts.to_delta(seq=Seq(n + 1), step=Step(n + 1), events=[], counters=Counters()))
+    assert state == full_read(tree.scheduler, sink, n + 1)
+    assert errors.total == 0
+
+
+def test_a_mark_overflow_rereads_everything_in_chunks(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    sink, errors = hooks
+    tree = Tree()
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
+    published = capture.full_state(Step(0))
+    tree.change()
+    max_dirty, sink.max_dirty = sink.max_dirty, 0
+    tree.change()  # more marks than the sink keeps: they are dropped, Capture must re-read all
+    sink.max_dirty = max_dirty
+    assert sink.overflowed
+    nodes, slots = spy(capture)
+    state, n = catch_up(tree, capture, published)
+    assert max(nodes) <= NODE_CHUNK and max(slots) <= SLOT_CHUNK
+    assert sum(nodes) >= len(published.nodes) and sum(slots) >= len(published.slots)  # everything was read again
+    assert state == full_read(tree.scheduler, sink, n)
+    assert errors.total == 0
+
+
+def test_without_a_budget_a_step_reads_everything_at_once(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    sink, _ = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink)
+    published = capture.full_state(Step(0))
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    parts = capture.step(Step(1))
+    assert parts is not None
+    apply_delta(published, parts.to_delta(seq=Seq(1), step=Step(1), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, 1)

@@ -1,0 +1,36 @@
+"""Big snapshots and deltas are encoded in pieces with rests (the scheduler thread gets the GIL
+between them) and decode to the same message as a plain encode."""
+
+from __future__ import annotations
+
+import msgspec
+
+from mcinspect.schema import Counters, Delta, Seq, SlotContent, SlotId, Snapshot, Step
+from mcinspect_engine_hooks.rested_encode import CHUNK, encode_rested
+
+from factory import free_slots, node, snapshot, state
+
+
+def test_a_big_snapshot_decodes_the_same_and_rests_between_pieces() -> None:
+    cache = state(nodes=[node(i, parent=i - 1) for i in range(CHUNK * 3 + 7)], slots=free_slots(*range(1, CHUNK * 2 + 4)))
+    cache.contents = {SlotId(s): SlotContent(slot=SlotId(s), fingerprint=s, nonfinite=0, zero=False, step=Step(1)) for s in range(1, 40)}
+    message = snapshot(9, cache)
+    rests: list[float] = []
+    encoded = encode_rested(msgspec.msgpack.Encoder(), message, rests.append)
+    assert msgspec.msgpack.decode(encoded, type=Snapshot) == message
+    assert len(rests) == 4 + 3  # the nodes in 4 pieces, the slots in 3; the small fields at once
+
+
+def test_a_big_delta_decodes_the_same_and_a_small_one_is_one_piece() -> None:
+    nodes = [node(i, parent=0) for i in range(CHUNK + 1)]
+    big = Delta(
+        schema_version=1, seq=Seq(3), step=Step(3), upsert_nodes=nodes, removed_nodes=[], slots=free_slots(*range(1, CHUNK + 6)),
+        upsert_requests=[], removed_requests=[], kv=None, events=[], counters=Counters(),
+    )  # fmt: skip
+    rests: list[float] = []
+    encoded = encode_rested(msgspec.msgpack.Encoder(), big, rests.append)
+    assert msgspec.msgpack.decode(encoded, type=Delta) == big
+    assert len(rests) == 2 + 2
+    small = msgspec.structs.replace(big, upsert_nodes=nodes[:5], slots={})
+    rests.clear()
+    assert encode_rested(msgspec.msgpack.Encoder(), small, rests.append) == msgspec.msgpack.encode(small) and not rests
