@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_runs import VERIFY_ENV, assert_fault_caught
+from fault_runs import CASES, VERIFY_ENV, assert_fault_caught
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
 
@@ -41,8 +41,6 @@ MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
 def fault_cases() -> list[tuple[str, str, str, int]]:
     if os.environ.get(MATRIX_ENV) != "1":
         return []
-    from test_faults_caught import CASES  # every fault once, as CI runs them on 0.5.23
-
     # mixed-track-dropped re-creates a bug 0.5.22 has for real: there it is the test below
     return [case for case in CASES if case[0] in FAULTS and case[0] != "mixed-track-dropped"]
 
