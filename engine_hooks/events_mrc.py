@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid
+from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid, TrackPlanEvent
 
 from .event_sink import DeferredSlot, EventSink
 from .state_log import StateLog
@@ -75,6 +75,22 @@ class MrcHooks:
         node = cache.mamba_lru_list.head.mamba_next
         donated = bool(cache.enable_mamba_extra_buffer) and cache.int8_ckpt_pool is None
         self.log.inserted(params.mamba_value, node.id, params.key, Rid(req.rid), donated, finishing)
+
+    def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        """After ScheduleBatch.prepare_for_decode: these releases keep no CPU mask on the batch,
+        so the rows are sglang's own rule (seq_lens_cpu % mamba_track_interval == 0, the mask
+        it just built) and the slot the one set_mamba_track_indices_from_reqs gathered
+        (buffer[mamba_next_track_idx]). No mask: not extra_buffer, or spec decoding."""
+        if getattr(batch, "mamba_track_mask", None) is None or not batch.reqs:
+            return
+        from sglang.srt.server_args import get_global_server_args  # imported by sglang already
+
+        interval = get_global_server_args().mamba_track_interval
+        for req, seqlen in zip(batch.reqs, batch.seq_lens_cpu.tolist()):
+            buffer, index = req.mamba_ping_pong_track_buffer, req.mamba_next_track_idx
+            if seqlen % interval == 0 and buffer is not None and index is not None:
+                slot = DeferredSlot(buffer[index].clone())  # the entry is rewritten when donated
+                self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=slot, position=int(seqlen), forward="decode")
 
     def matched(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
         req = _arg(args, kwargs, 0, "params").req

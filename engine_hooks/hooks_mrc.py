@@ -6,9 +6,6 @@ others are shared with 0.5.23 (same method, same arguments in these releases).
 Not hooked, and what that costs (also in `SKIPPED`, for `mcinspect hooks`): node-level dirty
 marks (there is no node arena: every capture re-reads the whole tree, O(tree)); the write
 hooks (`write-*` checks: the track copies are built from the batch's device tensors here);
-the decode track plans of extra_buffer (TrackPlanEvents of prefill only: on 0.5.15's partial run
-`provenance` flagged two states a decode checkpoint wrote as "never written", a false alarm of
-this gap);
 the T2 origins (which forward wrote a cached state: the track entries are not kept on the batch).
 """
 
@@ -44,6 +41,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{MAMBA_ALLOCATOR}.alloc_group_end", "after", "pools.group_end", "observed", "the admission group closed", "admission-group slots show as unowned"),
     Hook(f"{SCHEDULE_BATCH}.prepare_for_extend", "before", "pools.admitting", "observed", "RequestEvent admit (requests without a KV row yet)", "admit events"),
     Hook(f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", "pools.prefill_track", "observed", "TrackPlanEvent (prefill; the entry carries the slot id)", "prefill track plans (checks track-*)"),
+    Hook(f"{SCHEDULE_BATCH}.prepare_for_decode", "after", "mrc.decode_track", "observed", "TrackPlanEvent (decode boundary: sglang's interval rule, the slot of mamba_next_track_idx)", "decode track plans (provenance of states a decode wrote)"),
     Hook(f"{REQ}.reset_for_retract", "after", "pools.retracted", "observed", "RequestEvent retract", "retract events"),
     Hook(f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear", "around", "cow.copy", "around", "CowEvent: sources, destinations and cleared slots fingerprinted (T3)", "T3 (cow-copy, cow-ran)"),
     Hook(f"{MRC}.insert", "after", "mrc.state_inserted", "state", "T2: a state entered the tree: its slot, node and prefix tokens (the insert's key)", "T2 of cached states"),

@@ -71,6 +71,9 @@ def _mamba2_temporal(recurrent: torch.Tensor) -> torch.Tensor:
     return recurrent  # [H, P, N] on both sides
 
 
+_LINEAR_KINDS = ("linear_attention", "mamba")
+
+
 class RecomputeOracle:
     """Runs the tiny model with transformers and returns prefix states in sglang's layout."""
 
@@ -88,8 +91,8 @@ class RecomputeOracle:
         self._temporal: Callable[[torch.Tensor], torch.Tensor] = _mamba2_temporal if family is NEMOTRON_H else _gdn_temporal
         # All layers stay, although none after the last mamba one affects a state:
         # transformers' hybrid cache needs an attention layer to count positions.
-        # (transformers names Mamba2 mixers "linear_attention" too.)
-        self.linear_layers = [i for i, kind in enumerate(model.config.layer_types) if kind == "linear_attention"]
+        # (transformers 5.19 names Mamba2 mixers "linear_attention" too; 5.12 "mamba".)
+        self.linear_layers = [i for i, kind in enumerate(model.config.layer_types) if kind in _LINEAR_KINDS]
         self._cache: OrderedDict[bytes, PrefixState] = OrderedDict()
         self._cache_entries = cache_entries
 
