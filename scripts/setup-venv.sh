@@ -15,6 +15,12 @@ pip_install() {
   return "${PIPESTATUS[0]}"
 }
 
+# A dangling link or a venv whose python is gone (moved checkout) cannot be reused.
+if [ -L "$venv" ] && [ ! -e "$venv" ] || { [ -e "$venv" ] && [ ! -x "$venv/bin/python" ]; }; then
+  echo "removing $venv: not a usable venv (dangling link or no bin/python); recreating it"
+  rm -rf "$venv"
+fi
+
 if [ ! -f "$stamp" ]; then
   echo "setting up $venv (first time: about 2 minutes, 2.5 GB)..."
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
