@@ -67,6 +67,7 @@ def test_fault_is_caught_within_three_steps_naming_what_it_touched(
     assert_fault_caught(tmp_path, fault, model, strategy, page_size, tree_core)
 
 
+@pytest.mark.skipif(os.environ.get(MATRIX_ENV) != "1", reason=f"CI's time budget: {MATRIX_ENV}=1 runs it")
 def test_a_lost_copy_on_write_is_caught_in_the_working_state_while_every_cached_state_is_right(tmp_path: Path) -> None:
     """dropped-cow corrupts only requests that cache nothing afterwards: T2 on cached states
     finds nothing, the working-state check finds them."""

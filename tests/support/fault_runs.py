@@ -36,11 +36,16 @@ CASES = [
     ("wrong-chunk-state", "nemotron-h", "extra_buffer", 16),
     ("zero-initial-state", "nemotron-h", "extra_buffer", 16),
 ]
-NOT_IN_CI = ("leak-slot", "double-owner", "overwrite-cached", "ghost-node", "zero-initial-state")
-"""CI's time budget: the faults modelled on no single engine-only mechanism (leak-slot,
-double-owner: generic classes; overwrite-cached, ghost-node: variants; zero-initial-state: a
-second Mamba2 content fault beside wrong-chunk-state) run with MCINSPECT_FAULT_MATRIX=1; each
-one's effect on the real sglang classes stays in CI (tests/unit/test_faults.py)."""
+NOT_IN_CI = (
+    "leak-slot", "double-owner", "overwrite-cached", "ghost-node", "zero-initial-state",
+    "mixed-track-dropped", "decode-write-to-padding",
+)  # fmt: skip
+"""CI's time budget (MCINSPECT_FAULT_MATRIX=1 runs them): leak-slot and double-owner are generic
+classes, overwrite-cached and ghost-node variants, zero-initial-state a second Mamba2 content
+fault beside wrong-chunk-state, decode-write-to-padding a second write-ran fault beside
+unwritten-slot; mixed-track-dropped re-creates #24613, which CI catches as the real bug on the
+unpatched sglang 0.5.22 (test_releases). Each one's effect on the real sglang classes stays in CI
+(tests/unit/test_faults.py)."""
 DETECTION_STEPS = 3
 VERIFY_ENV = {"MCINSPECT_VERIFY_SHARE": "1", "MCINSPECT_VERIFY_RATE": "1000", "MCINSPECT_VERIFY_WORKING": "0.5"}
 """The engine oracle verifies every state as soon as it can be read, and samples working states
