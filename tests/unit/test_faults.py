@@ -412,7 +412,7 @@ def test_unwritten_slot_drops_the_track_copies() -> None:
 # ---------------------------------------------------------------- end to end (the real engine)
 
 CONTENT_FAULTS = {
-    # CI: the default model; the other families under MCINSPECT_FAULT_MATRIX=1
+    # CI: the default model's first (CI's time budget); the rest under MCINSPECT_FAULT_MATRIX=1
     "qwen3-next": ("wrong-chunk-state", "unwritten-slot"),
     "nemotron-h": ("wrong-chunk-state", "unwritten-slot", "zero-initial-state"),
     "qwen3.5": ("wrong-chunk-state", "unwritten-slot", "zero-initial-state"),
@@ -440,5 +440,6 @@ def test_content_faults_change_the_engine_outputs(model: str) -> None:
     models decay their states slowly (state_memory.py), so a wrong state shows in the outputs;
     28 requests include the few-shot wave where zero-initial-state bites."""
     clean = _demo_digest(model, None, requests=28)
-    for name in CONTENT_FAULTS[model]:
+    names = CONTENT_FAULTS[model] if os.environ.get("MCINSPECT_FAULT_MATRIX") == "1" else CONTENT_FAULTS[model][:1]
+    for name in names:
         assert _demo_digest(model, name, requests=28) != clean, name
