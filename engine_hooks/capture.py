@@ -44,6 +44,7 @@ batch k -> launch its forward -> process the result of batch k-1 -> capture. So 
 
 from __future__ import annotations
 
+import bisect
 import gc
 import time
 from collections.abc import Iterable, Iterator
@@ -84,7 +85,7 @@ class DeltaParts:
 
     upsert_nodes: list[NodeRecord]
     removed_nodes: list[NodeId]
-    slots: dict[SlotId, list[SlotClaim]]
+    slots: dict[SlotId, tuple[SlotClaim, ...]]
     """Changed slots with their full new claim list."""
     upsert_requests: list[RequestRecord]
     removed_requests: list[Rid]
@@ -139,7 +140,7 @@ class Capture:
         self._request_reader = pools.RequestReader(self.pool)
         self._kv_reader = pools.KvReader(scheduler.token_to_kv_pool_allocator)
         self._nodes: dict[NodeId, NodeRecord] = {}
-        self._slots: dict[SlotId, list[SlotClaim]] = {}
+        self._slots: dict[SlotId, tuple[SlotClaim, ...]] = {}
         self._requests: dict[Rid, RequestRecord] = {}
         self._kv: KvState | None = None
         self._tree_slots: TreeSlots = {}
@@ -243,10 +244,7 @@ class Capture:
         shared): the baseline, or while a catch-up is under way the state before it."""
         assert self._kv is not None, "full_state() first"
         if self._catch_up is not None:
-            frozen = self._catch_up.frozen
-            return CacheState(
-                step=frozen.step, nodes=dict(frozen.nodes), slots=dict(frozen.slots), requests=dict(frozen.requests), kv=frozen.kv
-            )
+            return self._catch_up.published(self._nodes, self._slots)
         return CacheState(
             step=self._step,
             nodes=dict(self._nodes),
@@ -270,14 +268,14 @@ class Capture:
             catch_up = self._catch_up
             spread = self._budget_s is not None and (resync or len(todo) > IMMEDIATE_NODES)
             if catch_up is None and spread:
-                catch_up = self._catch_up = CatchUp(frozen=self.state)
+                catch_up = self._catch_up = CatchUp(step=self._step, requests=self._requests, kv=self._kv)
             if catch_up is None:
                 upserts, removed = self._read_nodes(todo, set())
                 changed_slots = self._apply_nodes(upserts, removed)
             else:
                 catch_up.todo |= todo
                 if resync:
-                    catch_up.slots |= set(range(1, self.size + 1))
+                    catch_up.slots.update(range(1, self.size + 1))
                 free = self._read_free()  # the free list moves step by step too: a tree filling up takes every slot
                 catch_up.slots |= free ^ self._free
                 self._free = free
@@ -355,10 +353,15 @@ class Capture:
         arena = self._view.arena()
         dirty = self.sink.take_dirty_nodes()
         if arena is not self._arena:  # reset() (or a mark overflow): every node may differ
-            dirty |= set(self._nodes) | set(arena)
+            dirty.update(self._nodes)
+            dirty.update(arena)
             self._arena = arena
-        for node_id in reversed(arena):  # nodes created since: the arena's tail
+        for count, node_id in enumerate(reversed(arena)):  # nodes created since: the arena's tail
             if node_id <= self._max_node_id:
+                break
+            if count == IMMEDIATE_NODES:  # a tree grown unwatched: find the tail in C, not node by node
+                ids = list(arena)
+                dirty.update(ids[bisect.bisect_right(ids, self._max_node_id) :])
                 break
             dirty.add(node_id)
         self._max_node_id = max(self._max_node_id, next(reversed(arena), -1))  # the newest is the largest
@@ -393,9 +396,14 @@ class Capture:
         """Move the node baseline and the index of visible tree slots; returns the slots whose
         tree ownership may have moved."""
         changed: set[int] = set()
+        catch_up = self._catch_up
         for node_id in removed:
+            if catch_up is not None:
+                catch_up.save_node(self._nodes, node_id)
             changed |= _unindex(self._tree_slots, self._nodes.pop(node_id))
         for record in upserts:
+            if catch_up is not None:
+                catch_up.save_node(self._nodes, record.id)
             old = self._nodes.get(record.id)
             if old is not None:
                 changed |= _unindex(self._tree_slots, old)
@@ -410,7 +418,7 @@ class Capture:
 
     # --- slots ---
 
-    def _claims(self, slot: int, free: bool, in_tree: bool) -> list[SlotClaim]:
+    def _claims(self, slot: int, free: bool, in_tree: bool) -> tuple[SlotClaim, ...]:
         """`in_tree`: some node holds the slot, maybe one the Rust core does not show."""
         sid = SlotId(slot)
         owners = self._tree_slots.get(sid)
@@ -422,7 +430,7 @@ class Capture:
         """The mamba allocator's free slots now (one device copy)."""
         return set(ints_of_many([self._pools.free_mamba_slots(self.pool)])[0])
 
-    def _reclaim(self, slots: set[int], free: set[int]) -> dict[SlotId, list[SlotClaim]]:
+    def _reclaim(self, slots: set[int], free: set[int]) -> dict[SlotId, tuple[SlotClaim, ...]]:
         """New claim lists for `slots` (within 1..size) that differ from the baseline."""
         wanted = sorted(s for s in slots if 1 <= s <= self.size)
         if not wanted:
@@ -434,6 +442,8 @@ class Capture:
         for slot, slot_in_tree in zip(wanted, in_tree):
             claims = self._claims(slot, slot in free, slot_in_tree)
             if claims != self._slots.get(SlotId(slot)):
+                if self._catch_up is not None:
+                    self._catch_up.save_slot(self._slots, SlotId(slot))
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims
         return out

@@ -75,7 +75,8 @@ class ContentCapture:
             del self._contents[slot]
         settled = (self._unsettled - changes) & owners.keys()
         self._unsettled = changes & owners.keys()
-        self._missing = (self._missing - changes) | settled
+        self._missing -= changes  # in place: O(changes), not O(the tree's slots) each step
+        self._missing |= settled
         fresh_queue = settled - self._queued
         self._queue.extend(fresh_queue)
         self._queued |= fresh_queue

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from mcinspect.schema import KvState, NodeId, RequestRecord, RequestState, Rid, Runs, SlotClaim, SlotId
+from mcinspect.schema import KvState, NodeId, RequestRecord, RequestState, Rid, SlotClaim, SlotId
 
 from .req_kv import kv_of, node_id_of, prefix_len_of
-from .tensor_runs import free_token_runs, ints_of_many, runs_of_many
+from .tensor_runs import FrozenRuns, free_token_runs, ints_of_many, runs_of_many
 
 TreeSlots = dict[SlotId, dict[NodeId, int]]
 """Tree-owned slot -> {node id: node end depth}; more than one node is a bug to show."""
@@ -85,7 +85,7 @@ class _RowRuns:
 
     key: tuple[Any, ...]
     allocated_len: int
-    runs: Runs
+    runs: FrozenRuns
 
 
 class RequestReader:
@@ -125,17 +125,17 @@ class RequestReader:
         ping_pong = getattr(self.pool, "req_index_to_mamba_ping_pong_track_buffer_mapping", None)
         return [None if working is None else working[row], None if ping_pong is None else ping_pong[row]]
 
-    def _kv_runs(self, held: Mapping[Rid, HeldRequest]) -> dict[Rid, Runs]:
+    def _kv_runs(self, held: Mapping[Rid, HeldRequest]) -> dict[Rid, FrozenRuns]:
         """`req_to_token[row, :allocated_len]` as runs; only the new tail is read when a
         request's row, protected prefix and retraction count are unchanged."""
         pending: list[tuple[Rid, _RowRuns, int]] = []
         slices = []
-        out: dict[Rid, Runs] = {}
+        out: dict[Rid, FrozenRuns] = {}
         rows: dict[Rid, _RowRuns] = {}
         for rid, h in held.items():
             kv = kv_of(h.req)
             if kv.req_pool_idx is None or kv.kv_allocated_len <= 0:
-                out[rid] = []
+                out[rid] = ()
                 continue
             key = (kv.req_pool_idx, kv.cache_protected_len, getattr(h.req, "retraction_count", 0), id(kv))
             cached = self._rows.get(rid)
@@ -143,7 +143,7 @@ class RequestReader:
             if cached is not None and cached.key == key and kv.kv_allocated_len >= cached.allocated_len:
                 start = cached.allocated_len
             else:
-                cached = _RowRuns(key, 0, [])
+                cached = _RowRuns(key, 0, ())
             pending.append((rid, cached, kv.kv_allocated_len))
             slices.append(self.pool.req_to_token[kv.req_pool_idx, start : kv.kv_allocated_len])
         for (rid, cached, allocated), tail in zip(pending, runs_of_many(slices)):
@@ -154,9 +154,9 @@ class RequestReader:
         return out
 
 
-def _join(head: Runs, tail: Runs) -> Runs:
+def _join(head: FrozenRuns, tail: FrozenRuns) -> FrozenRuns:
     if head and tail and head[-1][0] + head[-1][1] == tail[0][0]:
-        return head[:-1] + [(head[-1][0], head[-1][1] + tail[0][1])] + tail[1:]
+        return (*head[:-1], (head[-1][0], head[-1][1] + tail[0][1]), *tail[1:])
     return head + tail
 
 
@@ -182,7 +182,7 @@ def _claims(rid: Rid, kv: Any, working: list[int], ping_pong: list[int], cow: li
         yield SlotClaim(SlotId(cow[0]), "cow_source", rid=rid)
 
 
-def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: Runs) -> RequestRecord:
+def _record(rid: Rid, held: HeldRequest, slots: list[list[int]], kv_runs: FrozenRuns) -> RequestRecord:
     req, kv = held.req, kv_of(held.req)
     working, ping_pong, cow, working_mirror, ping_pong_mirror = slots
     return RequestRecord(
@@ -217,8 +217,10 @@ def claims_for_slot(
     tree: Mapping[NodeId, int] | None,
     requests: Sequence[SlotClaim],
     admission: bool,
-) -> list[SlotClaim]:
-    """All claims on one slot, in a fixed order; `unaccounted` when nothing holds it.
+) -> tuple[SlotClaim, ...]:
+    """All claims on one slot, in a fixed order; `unaccounted` when nothing holds it. A tuple:
+    the capture keeps one per slot, and a list would stay tracked by the cyclic GC (see
+    tensor_runs.runs_of_many).
 
     `admission`: the slot was pre-allocated by `alloc_group_begin` and the group is open; it
     counts as a claim only while no request holds the slot yet.
@@ -230,7 +232,7 @@ def claims_for_slot(
     claims.extend(requests)
     if admission and not free and not requests:
         claims.append(SlotClaim(sid, "admission"))
-    return claims or [SlotClaim(sid, "unaccounted")]
+    return tuple(claims) or (SlotClaim(sid, "unaccounted"),)
 
 
 def free_mamba_slots(req_to_token_pool: Any) -> torch.Tensor:

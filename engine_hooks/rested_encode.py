@@ -5,8 +5,9 @@ msgspec holds the GIL for a whole `encode` call: a 100k-node snapshot is 100 ms 
 which the scheduler thread (Python too) cannot run. Here each big dict or list field of a
 Snapshot or Delta is encoded CHUNK items at a time, the pieces joined under a msgpack header
 (map32 / array32) and embedded as `msgspec.Raw`, so the outer encode copies bytes. After each
-piece the thread sleeps as long as the piece took: the scheduler gets the GIL at once and the
-encoding uses at most half of the time it runs for. The bytes decode to the same message.
+piece the thread sleeps REST_RATIO times as long as the piece took: the scheduler gets the GIL
+at once, and when it hands the GIL over mid-step (every torch op does) it is back within a
+piece (a quarter of a millisecond) and mostly at once. The bytes decode to the same message.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ import msgspec
 
 from mcinspect.schema import Delta, Snapshot
 
-CHUNK = 1000
-"""Items per piece: about a millisecond of encoding for node records."""
+CHUNK = 250
+"""Items per piece: about a quarter of a millisecond of encoding for node records (1000 a piece
+stretched the scheduler's steps by tens of ms while a 100k-node snapshot was encoded)."""
+REST_RATIO = 3
+"""Rest after a piece, in multiples of its time: the encoding takes at most a quarter of the
+wall time, so it is waiting for the GIL when the scheduler hands it over less often."""
 
 _DELTA_FIELDS = ("upsert_nodes", "removed_nodes", "slots", "upsert_requests", "contents", "events")
 _STATE_FIELDS = ("nodes", "slots", "requests", "contents")
@@ -29,7 +34,7 @@ _STATE_FIELDS = ("nodes", "slots", "requests", "contents")
 
 def encode_rested(encoder: msgspec.msgpack.Encoder, message: Any, rest: Callable[[float], None] = time.sleep) -> bytes:
     """`encoder.encode(message)`, with a Snapshot's or Delta's big fields encoded piece by piece
-    and `rest(seconds)` after each piece (the piece's own duration)."""
+    and `rest(seconds)` after each piece (REST_RATIO times the piece's own duration)."""
     if isinstance(message, Snapshot):
         state = message.state
         pieces = {name: _rested(encoder, getattr(state, name), rest) for name in _STATE_FIELDS}
@@ -51,7 +56,7 @@ def _rested(encoder: msgspec.msgpack.Encoder, value: Any, rest: Callable[[float]
         began = time.perf_counter()
         encoded = encoder.encode(dict(chunk) if is_map else chunk)
         parts.append(encoded[_header_len(len(chunk)) :])
-        rest(time.perf_counter() - began)
+        rest((time.perf_counter() - began) * REST_RATIO)
     return msgspec.Raw(b"".join(parts))
 
 

@@ -7,6 +7,7 @@ collect the tensors of a whole capture and convert them here in one copy.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,8 @@ import torch
 
 from mcinspect.schema import Runs
 
+FrozenRuns = tuple[tuple[int, int], ...]
+"""`Runs` as a tuple (runs_of_many): the same on the wire."""
 IndexValue = Any
 """A torch int tensor (any shape), a Python int, a list of ints, or None (absent)."""
 
@@ -59,13 +62,17 @@ def ints_of_many(values: Sequence[IndexValue]) -> list[list[int]]:
     return out
 
 
-def runs_of_many(values: Sequence[IndexValue]) -> list[Runs]:
-    """Each value's (start, length) runs of consecutive indices ([] for None or empty)."""
+def runs_of_many(values: Sequence[IndexValue]) -> list[FrozenRuns]:
+    """Each value's (start, length) runs of consecutive indices (() for None or empty).
+
+    Tuples, not lists: a capture keeps one per tree node. The cyclic GC stops tracking a tuple
+    of ints at the first collection that sees it (a tuple of those at the next, mostly before
+    it grows old), where a list stays tracked for good and, 100k at a time, sets off full
+    collections over the engine's whole heap (seconds). They encode as the same msgpack arrays."""
     flat, lengths = host_concat(values)
     total = len(flat)
-    out: list[Runs] = [[] for _ in values]
     if total == 0:
-        return out
+        return [()] * len(values)
     ends = np.cumsum(lengths)
     starts = ends - np.asarray(lengths)
     # A run starts where the index does not continue the previous one, or a value begins.
@@ -76,10 +83,9 @@ def runs_of_many(values: Sequence[IndexValue]) -> list[Runs]:
     run_starts = np.flatnonzero(new_run)
     run_lengths = np.diff(np.append(run_starts, total))
     owner = np.searchsorted(ends, run_starts, side="right")
-    pairs = list(zip(flat[run_starts].tolist(), run_lengths.tolist()))
-    for index, pair in zip(owner.tolist(), pairs):
-        out[index].append(pair)
-    return out
+    pairs = zip(flat[run_starts].tolist(), run_lengths.tolist())
+    counts = np.bincount(owner, minlength=len(values)).tolist()
+    return [tuple(itertools.islice(pairs, count)) for count in counts]
 
 
 def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:

@@ -27,13 +27,18 @@ path, run back to back in child processes. Run (holds the engine lock: it is a b
 
 from __future__ import annotations
 
+import cProfile
+import io
 import json
 import os
+import pstats
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACTIONS = ("attach", "snapshot", "resync", "every-step", "overflow")
@@ -84,7 +89,38 @@ def client(action: str, port: int) -> None:
 # --- the engine side (a child process per variant and size) --------------------------------
 
 
-def engine(n_nodes: int) -> dict[str, float]:
+class TimedLock:
+    """The inspector's lock, adding the scheduler thread's waits for it to the step's split."""
+
+    def __init__(self, lock: Any, into: dict[str, float], thread: int) -> None:
+        self._lock, self._into, self._thread = lock, into, thread
+
+    def __enter__(self) -> bool:
+        began = time.perf_counter()
+        got = self._lock.acquire()
+        if threading.get_ident() == self._thread:
+            self._into["lock_wait"] = self._into.get("lock_wait", 0.0) + time.perf_counter() - began
+        return got
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def timed(owner: Any, name: str, into: dict[str, float], key: str) -> None:
+    """Wrap `owner.name` (an instance's method) to add its time to `into[key]`."""
+    method = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            into[key] = into.get(key, 0.0) + time.perf_counter() - began
+
+    setattr(owner, name, wrapper)
+
+
+def engine(n_nodes: int, profile: bool) -> dict[str, object]:
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "..", "support"))
     import gc
@@ -132,37 +168,70 @@ def engine(n_nodes: int) -> dict[str, float]:
 
     stalls: list[float] = []
     cpu: list[float] = []
+    phases: list[dict[str, float]] = []
+    """Per step: where its time went (the worst step's split is reported)."""
     gc_pauses: list[float] = []
     gc_began = [0.0]
+    main_thread = threading.get_ident()
+    in_step: dict[str, float] = {}
+    """The running step's cyclic GC time on the scheduler thread, and the oldest generation."""
 
     def gc_timer(phase: str, info: dict) -> None:  # Python's cyclic collections, any thread
         if phase == "start":
             gc_began[0] = time.perf_counter()
-        else:
-            gc_pauses.append(time.perf_counter() - gc_began[0])
+            return
+        pause = time.perf_counter() - gc_began[0]
+        gc_pauses.append(pause)
+        if threading.get_ident() == main_thread:
+            in_step["gc"] = in_step.get("gc", 0.0) + pause
+            in_step["gen"] = max(in_step.get("gen", -1), info["generation"])
 
     gc.callbacks.append(gc_timer)
+    lock = inspector._lock
+    inspector._lock = TimedLock(lock, in_step, main_thread)
+    timed(inspector.capture, "step", in_step, "capture")
+    timed(inspector.contents, "capture", in_step, "contents")
+    timed(inspector.publisher, "publish", in_step, "publish")
+    profiler = cProfile.Profile() if profile else None
+    worst_profile = [0.0, ""]
     wake_at = time.perf_counter()
 
     def step() -> None:
         nonlocal wake_at
+        in_step.clear()
         began, began_cpu = time.perf_counter(), time.thread_time()
         late = max(0.0, began - wake_at)
         work.ten_changes(rng)
+        worked = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         inspector.on_step(scheduler, None)
+        if profiler is not None:
+            profiler.disable()
         ended = time.perf_counter()
         stalls.append(late + ended - began)
         cpu.append(time.thread_time() - began_cpu)
+        phases.append({"late": late, "work": worked - began, "on_step": ended - worked, **in_step})
+        if profiler is not None:
+            if stalls[-1] > worst_profile[0]:
+                text = io.StringIO()
+                pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+                worst_profile[:] = [stalls[-1], text.getvalue()]
+            profiler.clear()
         wake_at = max(ended, began + STEP_S - late)
         time.sleep(max(0.0, wake_at - time.perf_counter()))
 
     for _ in range(100):
         step()
-    out = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu)}
+    out: dict[str, object] = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu)}
+    worst = max(range(len(stalls)), key=stalls.__getitem__)
+    out.update({"quiet-max": stalls[worst], "quiet-max.cpu": max(cpu), "quiet-max.split": phases[worst]})
     for action in ACTIONS:
         stalls.clear()
         cpu.clear()
+        phases.clear()
         gc_pauses.clear()
+        worst_profile[:] = [0.0, ""]
         command = [sys.executable, os.path.abspath(__file__), "--client", action, str(port)]
         child = subprocess.Popen(CLIENT_PRIORITY + command, stdout=subprocess.PIPE, text=True)
         connected_at = None
@@ -188,8 +257,11 @@ def engine(n_nodes: int) -> dict[str, float]:
         report = "".join(lines + [child.stdout.read()]).strip().splitlines()
         if child.returncode != 0:
             sys.exit(f"client {action} failed")
-        out[action] = max(stalls)
+        worst = max(range(len(stalls)), key=stalls.__getitem__)
+        out[action] = stalls[worst]
         out[action + ".cpu"] = max(cpu)
+        out[action + ".split"] = phases[worst]
+        out[action + ".profile"] = worst_profile[1]
         out[action + ".gc"] = max(gc_pauses, default=0.0)
         out[action + ".client"] = report[-1] if report else ""
     inspector.publisher.close()
@@ -200,11 +272,11 @@ def engine(n_nodes: int) -> dict[str, float]:
 # --- the driver ---------------------------------------------------------------------------
 
 
-def run_variant(site: str | None, n_nodes: int, key_dir: str) -> dict:
+def run_variant(site: str | None, n_nodes: int, key_dir: str, profile: bool = False) -> dict:
     env = dict(os.environ, MCINSPECT_KEY_DIR=key_dir)
     if site:
         env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
-    command = [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)]
+    command = [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)] + (["--profile"] if profile else [])
     done = subprocess.run(ENGINE_PRIORITY + command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"engine bench failed ({n_nodes} nodes):\n{done.stderr[-3000:]}")
@@ -221,37 +293,62 @@ def install_main() -> str:
     return site
 
 
+def split_text(split: dict[str, float]) -> str:
+    """A worst step's split, ms: late (GIL back after the sleep), work (the cache changes),
+    on_step and within it capture / contents / publish / lock_wait, gc (collections on the
+    scheduler thread, oldest generation)."""
+    parts = [f"{key} {value * 1e3:.1f}" for key, value in split.items() if key != "gen"]
+    return ", ".join(parts) + (f" (gen {split['gen']:.0f})" if "gen" in split else "")
+
+
 def main(args: list[str]) -> None:
+    """Options: --before-site DIR (the "before" packages; default: main's, installed now),
+    --after-only (this tree alone, to look into it), --profile (with --after-only: cProfile of
+    each action's worst step; it slows every step, so its walls are not the figures)."""
     before_site = None
     if args[:1] == ["--before-site"]:
         before_site, args = args[1], args[2:]
-    sizes = [int(a) for a in args] or [1_000, 10_000, 100_000]
-    if before_site is None:
+    after_only = "--after-only" in args
+    profile = "--profile" in args
+    sizes = [int(a) for a in args if not a.startswith("--")] or [1_000, 10_000, 100_000]
+    if before_site is None and not after_only:
         before_site = install_main()
     key_dir = tempfile.mkdtemp(prefix="mcinspect-keys-")
-    print(f"worst single-step scheduler stall, ms (quiet: median step without a client); before = {before_site}")
+    print(f"worst single-step scheduler stall, ms (quiet: median step without a client, quiet-max: its worst); before = {before_site}")
     print(
         f"wall: the step as the scheduler felt it (GIL waits included{', real-time priority' if REALTIME else ''}); cpu: its own thread's"
     )
     print(f"{'action':>11} {'nodes':>7} {'before wall':>12} {'after wall':>11} {'before cpu':>11} {'after cpu':>10}")
     for n in sizes:
-        before = run_variant(before_site, n, key_dir)
-        print(f"  before, {n} nodes: {json.dumps(before)}", flush=True)  # kept if the run is cut short
-        after = run_variant(None, n, key_dir)
-        for action in ("quiet", *ACTIONS):
-            walls = f"{before[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
-            cpus = f"{before[action + '.cpu'] * 1e3:>11.1f} {after[action + '.cpu'] * 1e3:>10.1f}"
+        before = None
+        if not after_only:
+            before = run_variant(before_site, n, key_dir)
+            print(f"  before, {n} nodes: {json.dumps({k: v for k, v in before.items() if not k.endswith('.profile')})}", flush=True)
+        after = run_variant(None, n, key_dir, profile and after_only)
+        for action in ("quiet", "quiet-max", *ACTIONS):
+            b = before or {action: float("nan"), action + ".cpu": float("nan")}
+            walls = f"{b[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
+            cpus = f"{b[action + '.cpu'] * 1e3:>11.1f} {after[action + '.cpu'] * 1e3:>10.1f}"
             print(f"{action:>11} {n:>7} {walls} {cpus}", flush=True)
-        gcs = ", ".join(f"{a} {before[a + '.gc'] * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}" for a in ACTIONS)
-        print(f"    longest cyclic GC pause during each action, ms before / after: {gcs}", flush=True)
+        print("    the worst step's split, ms:", flush=True)
+        for action in ("quiet-max", *ACTIONS):
+            if before is not None:
+                print(f"      {action} before: {split_text(before[action + '.split'])}", flush=True)
+            print(f"      {action} after: {split_text(after[action + '.split'])}", flush=True)
+        gcs = ", ".join(f"{a} {(before or after)[a + '.gc'] * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}" for a in ACTIONS)
+        print(f"    longest cyclic GC pause during each action (any thread), ms before / after: {gcs}", flush=True)
         for action in ACTIONS:
-            print(f"    {action} client saw: before {before[action + '.client']}  after {after[action + '.client']}", flush=True)
+            print(
+                f"    {action} client saw: before {(before or {}).get(action + '.client')}  after {after[action + '.client']}", flush=True
+            )
+            if after.get(action + ".profile"):
+                print(after[action + ".profile"], flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--client"]:
         client(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1:2] == ["--engine"]:
-        print(json.dumps(engine(int(sys.argv[2]))), flush=True)
+        print(json.dumps(engine(int(sys.argv[2]), sys.argv[3:4] == ["--profile"])), flush=True)
     else:
         main(sys.argv[1:])

@@ -9,6 +9,7 @@ from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
 
+import gc  # noqa: E402
 import random  # noqa: E402
 from array import array  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
@@ -160,3 +161,21 @@ def test_without_a_budget_a_step_reads_everything_at_once(hooks: tuple[EventSink
     assert parts is not None
     apply_delta(published, parts.to_delta(seq=Seq(1), step=Step(1), events=[], counters=Counters()))
     assert published == full_read(tree.scheduler, sink, 1)
+
+
+def test_the_caught_up_baseline_leaves_nothing_for_the_cyclic_gc(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """KV runs and claim lists are tuples, which a collection stops tracking: as lists, a
+    100k-node catch-up kept 200k tracked objects alive and set off full collections over the
+    engine's whole heap (seconds on the scheduler thread)."""
+    sink, _ = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
+    published = capture.full_state(Step(0))
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    catch_up(tree, capture, published)
+    gc.collect()  # a tuple of tuples needs two passes
+    gc.collect()
+    state = capture.state
+    held = [record.kv_runs for record in state.nodes.values()] + list(state.slots.values())
+    assert len(held) > GROUPS * PER_GROUP and not [container for container in held if gc.is_tracked(container)]
