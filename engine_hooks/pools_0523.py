@@ -28,7 +28,7 @@ import torch
 from mcinspect.schema import KvState, NodeId, RequestRecord, RequestState, Rid, SlotClaim, SlotId
 
 from .req_kv import kv_of, node_id_of, prefix_len_of
-from .tensor_runs import FrozenRuns, free_token_runs, ints_of_many, runs_of_many
+from .tensor_runs import FrozenRuns, free_token_runs, ints_of_many, runs_of_ints
 
 TreeSlots = dict[SlotId, dict[NodeId, int]]
 """Tree-owned slot -> {node id: node end depth}; more than one node is a bug to show."""
@@ -101,41 +101,47 @@ class RequestReader:
         """(records of `held`, request claims by slot incl. sessions')."""
         kvs = [(rid, kv_of(h.req)) for rid, h in held.items()] + list(sessions.items())
         tensors = []
-        for rid, kv in kvs:
+        for _, kv in kvs:
             tensors += [kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index]
-            tensors += self._mirrors(kv) if rid in held else [None, None]
-        values = ints_of_many(tensors)
-        slots = {rid: values[5 * i : 5 * i + 5] for i, (rid, _) in enumerate(kvs)}
+        rows = [kv.req_pool_idx for _, kv in kvs[: len(held)]]
+        tensors += self._mirror_rows(rows)
+        tails = self._kv_tails(held)
+        tensors += [tail for *_, tail in tails]
+        values = ints_of_many(tensors)  # slots, mirrors and KV tails: one device copy
+        n = len(kvs)
+        slots = {rid: values[3 * i : 3 * i + 3] for i, (rid, _) in enumerate(kvs)}
+        mirrors = _split_rows(rows, values[3 * n], values[3 * n + 1])
         claims: dict[SlotId, list[SlotClaim]] = {}
         for rid, kv in kvs:
-            for claim in _claims(rid, kv, *slots[rid][:3]):
+            for claim in _claims(rid, kv, *slots[rid]):
                 claims.setdefault(claim.slot, []).append(claim)
         for listed in claims.values():
             listed.sort(key=_claim_order)
-        kv_runs = self._kv_runs(held)
-        records = {rid: _record(rid, h, slots[rid], kv_runs[rid]) for rid, h in held.items()}
+        kv_runs = self._kv_runs(held, tails, values[3 * n + 2 :])
+        records = {rid: _record(rid, h, slots[rid] + mirror, kv_runs[rid]) for (rid, h), mirror in zip(held.items(), mirrors)}
         return records, claims
 
-    def _mirrors(self, kv: Any) -> list[Any]:
-        """The request's rows of the device mirrors the forward reads (None where absent)."""
-        row = kv.req_pool_idx
-        if row is None:
-            return [None, None]
-        working = getattr(self.pool, "req_index_to_mamba_index_mapping", None)
-        ping_pong = getattr(self.pool, "req_index_to_mamba_ping_pong_track_buffer_mapping", None)
-        return [None if working is None else working[row], None if ping_pong is None else ping_pong[row]]
+    def _mirror_rows(self, rows: list[int | None]) -> list[Any]:
+        """The device mirrors' entries the forward reads for `rows` (working slot, ping-pong
+        slots), gathered in one index op per mirror (None where a mirror is absent)."""
+        present = [row for row in rows if row is not None]
+        out: list[Any] = []
+        for name in ("req_index_to_mamba_index_mapping", "req_index_to_mamba_ping_pong_track_buffer_mapping"):
+            mirror = getattr(self.pool, name, None)
+            if mirror is None or not present:
+                out.append(None)
+            else:
+                out.append(mirror[torch.tensor(present, dtype=torch.int64, device=mirror.device)])
+        return out
 
-    def _kv_runs(self, held: Mapping[Rid, HeldRequest]) -> dict[Rid, FrozenRuns]:
-        """`req_to_token[row, :allocated_len]` as runs; only the new tail is read when a
-        request's row, protected prefix and retraction count are unchanged."""
-        pending: list[tuple[Rid, _RowRuns, int]] = []
-        slices = []
-        out: dict[Rid, FrozenRuns] = {}
-        rows: dict[Rid, _RowRuns] = {}
+    def _kv_tails(self, held: Mapping[Rid, HeldRequest]) -> list[tuple[Rid, _RowRuns, int, Any]]:
+        """(request, its cached runs, allocated length, the part of its row not read yet) of
+        each request with a row: only the new tail is read when a request's row, protected
+        prefix and retraction count are unchanged (None: nothing new)."""
+        pending = []
         for rid, h in held.items():
             kv = kv_of(h.req)
             if kv.req_pool_idx is None or kv.kv_allocated_len <= 0:
-                out[rid] = ()
                 continue
             key = (kv.req_pool_idx, kv.cache_protected_len, getattr(h.req, "retraction_count", 0), id(kv))
             cached = self._rows.get(rid)
@@ -144,14 +150,43 @@ class RequestReader:
                 start = cached.allocated_len
             else:
                 cached = _RowRuns(key, 0, ())
-            pending.append((rid, cached, kv.kv_allocated_len))
-            slices.append(self.pool.req_to_token[kv.req_pool_idx, start : kv.kv_allocated_len])
-        for (rid, cached, allocated), tail in zip(pending, runs_of_many(slices)):
-            runs = _join(cached.runs, tail)
+            tail = self.pool.req_to_token[kv.req_pool_idx, start : kv.kv_allocated_len] if start < kv.kv_allocated_len else None
+            pending.append((rid, cached, kv.kv_allocated_len, tail))
+        return pending
+
+    def _kv_runs(
+        self, held: Mapping[Rid, HeldRequest], tails: list[tuple[Rid, _RowRuns, int, Any]], ints: list[list[int]]
+    ) -> dict[Rid, FrozenRuns]:
+        """`req_to_token[row, :allocated_len]` as runs, from the cached runs and the tails read."""
+        out: dict[Rid, FrozenRuns] = {rid: () for rid in held}
+        rows: dict[Rid, _RowRuns] = {}
+        for (rid, cached, allocated, _), tail in zip(tails, ints):
+            runs = _join(cached.runs, runs_of_ints(tail)) if tail else cached.runs
             rows[rid] = _RowRuns(cached.key, allocated, runs)
             out[rid] = runs
         self._rows = rows
         return out
+
+
+def _split_rows(rows: list[int | None], working: list[int], ping_pong: list[int]) -> list[list[list[int]]]:
+    """Per row of `rows`: [working mirror ints, ping-pong mirror ints] ([] where absent)."""
+    present = sum(row is not None for row in rows)
+    width_working = len(working) // present if present else 0
+    width_ping_pong = len(ping_pong) // present if present else 0
+    out = []
+    index = 0
+    for row in rows:
+        if row is None:
+            out.append([[], []])
+            continue
+        out.append(
+            [
+                working[index * width_working : (index + 1) * width_working],
+                ping_pong[index * width_ping_pong : (index + 1) * width_ping_pong],
+            ]
+        )
+        index += 1
+    return out
 
 
 def _join(head: FrozenRuns, tail: FrozenRuns) -> FrozenRuns:

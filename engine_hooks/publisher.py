@@ -67,7 +67,10 @@ class Publisher:
         usually recover from the ring instead of a snapshot. `keys`: CURVE server keys (a
         subscriber without the engine's key gets nothing, not even a connection); None: open.
         """
-        self._queue: queue.Queue[Delta] = queue.Queue(maxsize=queue_size)
+        self._queue: queue.SimpleQueue[Delta] = queue.SimpleQueue()
+        """Unbounded itself (a C queue: a put is a fraction of queue.Queue's); `publish`, the
+        only producer, keeps it within `queue_size`."""
+        self._queue_size = queue_size
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=history_size)
         self._ring_lock = threading.Lock()
         self._last_sent = 0
@@ -105,10 +108,10 @@ class Publisher:
         Call in seq order (the inspector assigns seqs under its lock and publishes under it).
         The delta and its lists must not be mutated afterwards: the sender thread encodes it later.
         """
-        try:
-            self._queue.put_nowait(delta)
-        except queue.Full:
+        if self._queue.qsize() >= self._queue_size:
             self._count_drop()
+        else:
+            self._queue.put(delta)
 
     @property
     def published(self) -> int:

@@ -62,6 +62,11 @@ def ints_of_many(values: Sequence[IndexValue]) -> list[list[int]]:
     return out
 
 
+SMALL = 512
+"""Up to this many ints, runs are found in a Python loop: numpy's fixed cost per call (about ten
+calls of a few us each) is more than the loop's on the few tokens a decode step adds."""
+
+
 def runs_of_many(values: Sequence[IndexValue]) -> list[FrozenRuns]:
     """Each value's (start, length) runs of consecutive indices (() for None or empty).
 
@@ -71,8 +76,14 @@ def runs_of_many(values: Sequence[IndexValue]) -> list[FrozenRuns]:
     collections over the engine's whole heap (seconds). They encode as the same msgpack arrays."""
     flat, lengths = host_concat(values)
     total = len(flat)
-    if total == 0:
-        return [()] * len(values)
+    if total <= SMALL:
+        as_list = flat.tolist()
+        out: list[FrozenRuns] = []
+        offset = 0
+        for length in lengths:
+            out.append(runs_of_ints(as_list[offset : offset + length]))
+            offset += length
+        return out
     ends = np.cumsum(lengths)
     starts = ends - np.asarray(lengths)
     # A run starts where the index does not continue the previous one, or a value begins.
@@ -88,11 +99,31 @@ def runs_of_many(values: Sequence[IndexValue]) -> list[FrozenRuns]:
     return [tuple(itertools.islice(pairs, count)) for count in counts]
 
 
+def runs_of_ints(ints: list[int]) -> FrozenRuns:
+    """(start, length) runs of consecutive values in `ints` (host ints already read)."""
+    if len(ints) > SMALL:
+        return runs_of_many([torch.tensor(ints, dtype=torch.int64)])[0]
+    runs: Runs = []
+    start = previous = None
+    for value in ints:
+        if previous is not None and value == previous + 1:
+            previous = value
+            continue
+        if start is not None:
+            runs.append((start, previous - start + 1))
+        start = previous = value
+    if start is not None:
+        runs.append((start, previous - start + 1))
+    return tuple(runs)
+
+
 def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
     """Sorted runs of free token indices from free page ids (token ids when page_size is 1)."""
     flat, _ = host_concat([free_pages])
     if len(flat) == 0:
         return []
+    if len(flat) <= SMALL:  # a set dedups a page listed twice (an allocator bug runs cannot express)
+        return [(start * page_size, length * page_size) for start, length in runs_of_ints(sorted(set(flat.tolist())))]
     # sglang's free list is a sorted remainder plus appended freed chunks: timsort ("stable")
     # finds those runs and sorts it in near-linear time (np.unique here is ~50x slower).
     pages = np.sort(flat, kind="stable")

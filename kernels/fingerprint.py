@@ -251,42 +251,51 @@ _TORCH_BLOCK_WORDS = 1 << 18
 
 
 def _fold_torch(tensors: list[Tensor], slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(S, nonfinite, nonzero count) per slot. Per dtype family, each block of (slots x layers)
-    is gathered once from every tensor of the family into one int64 buffer, side by side, and
-    folded with ~20 in-place integer ops: the op count does not grow with layers or tensors,
-    which matters more than the arithmetic for the few-KB slots of small models (S is a sum,
-    so only each word's salt depends on where it sits)."""
+    """(S, nonfinite, nonzero count) per slot. Each block of (slots x layers) is gathered once
+    from every tensor into one int64 buffer, side by side (each dtype's words zero-extended),
+    and folded with ~20 in-place integer ops, each word tested against its own dtype's masks:
+    the op count does not grow with layers, tensors or dtypes, which matters more than the
+    arithmetic for the few-KB slots of small models (S is a sum, so only each word's salt
+    depends on where it sits)."""
     n = slots.numel()
     out = torch.zeros(3, n, dtype=torch.int64, device=slots.device)
-    offsets = _positions(tensors)
     layers = tensors[0].shape[0]
-    for group in launch_groups([word_format(t) for t in tensors]):
-        fmt = word_format(tensors[group[0]])
-        rows = [tensors[i].view(fmt.word).reshape(layers, tensors[i].shape[1], row_words(tensors[i])) for i in group]
-        layout = tuple((offsets[i], row.shape[2]) for i, row in zip(group, rows))
-        layer_words = sum(width for _, width in layout)
-        per_layers, per_slots = _block_shape(layers, layer_words, n)
-        x_buf = torch.empty(per_slots * per_layers * layer_words, dtype=torch.int64, device=slots.device)
-        scratch_buf = torch.empty_like(x_buf)
-        for first_layer in range(0, layers, per_layers):
-            k = min(per_layers, layers - first_layer)
-            salt = _salts(layout, first_layer, k, slots.device)
-            for first in range(0, n, per_slots):
-                count = min(per_slots, n - first)
-                block = slice(first, first + count)
-                x = x_buf[: count * k * layer_words].view(count, k, layer_words)
-                scratch = scratch_buf[: x.numel()].view_as(x)
-                column = 0
-                for row in rows:
-                    gathered = row[first_layer : first_layer + k].index_select(1, slots[block])
-                    x[:, :, column : column + row.shape[2]].copy_(gathered.transpose(0, 1))  # zero-extends
-                    column += row.shape[2]
-                # 0/1 flags kept as int64 (eq_/ne_ in place): summing bool tensors is far slower
-                out[1, block] += torch.bitwise_and(x, fmt.exponent, out=scratch).eq_(fmt.exponent).sum((1, 2))
-                out[2, block] += torch.bitwise_and(x, fmt.magnitude, out=scratch).ne_(0).sum((1, 2))
-                x ^= salt
-                out[0, block] += mix64_(x, scratch).sum((1, 2))
+    rows = [t.view(word_format(t).word).reshape(layers, t.shape[1], row_words(t)) for t in tensors]
+    layout = tuple((offset, row.shape[2]) for offset, row in zip(_positions(tensors), rows))
+    exponent, magnitude = _masks(tuple((word_format(t), row.shape[2]) for t, row in zip(tensors, rows)), slots.device)
+    layer_words = sum(width for _, width in layout)
+    per_layers, per_slots = _block_shape(layers, layer_words, n)
+    x_buf = torch.empty(per_slots * per_layers * layer_words, dtype=torch.int64, device=slots.device)
+    scratch_buf = torch.empty_like(x_buf)
+    for first_layer in range(0, layers, per_layers):
+        k = min(per_layers, layers - first_layer)
+        salt = _salts(layout, first_layer, k, slots.device)
+        for first in range(0, n, per_slots):
+            count = min(per_slots, n - first)
+            block = slice(first, first + count)
+            x = x_buf[: count * k * layer_words].view(count, k, layer_words)
+            scratch = scratch_buf[: x.numel()].view_as(x)
+            column = 0
+            for row in rows:
+                gathered = row[first_layer : first_layer + k].index_select(1, slots[block])
+                x[:, :, column : column + row.shape[2]].copy_(gathered.transpose(0, 1))  # zero-extends
+                column += row.shape[2]
+            # 0/1 flags kept as int64 (eq_/ne_ in place): summing bool tensors is far slower
+            out[1, block] += torch.bitwise_and(x, exponent, out=scratch).eq_(exponent).sum((1, 2))
+            out[2, block] += torch.bitwise_and(x, magnitude, out=scratch).ne_(0).sum((1, 2))
+            x ^= salt
+            out[0, block] += mix64_(x, scratch).sum((1, 2))
     return out[0], out[1], out[2]
+
+
+@functools.lru_cache(maxsize=16)
+def _masks(formats: tuple[tuple[WordFormat, int], ...], device: torch.device) -> tuple[Tensor, Tensor]:
+    """[words per layer] int64 each: the exponent and magnitude masks of each word's dtype, for
+    a layer row laid out as `_fold_torch` gathers it ((format, row words) per tensor). Cached
+    and read-only, like `_salts`."""
+    exponent = torch.cat([torch.full((width,), fmt.exponent, dtype=torch.int64, device=device) for fmt, width in formats])
+    magnitude = torch.cat([torch.full((width,), fmt.magnitude, dtype=torch.int64, device=device) for fmt, width in formats])
+    return exponent, magnitude
 
 
 def _block_shape(layers: int, layer_words: int, slots: int) -> tuple[int, int]:

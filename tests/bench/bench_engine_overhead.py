@@ -26,7 +26,12 @@ variants are interleaved round by round so machine noise hits them alike, and th
 the rounds is compared. Prints tokens/s per variant, the ratios to hooks-off, and the frames
 each client received.
 
-Run: `.venv/bin/python tests/bench/bench_engine_overhead.py [--rounds 3] [--requests 200]`
+`--before-site DIR`: each variant but hooks off runs twice a round, first with the packages
+installed in DIR first on the path (e.g. `pip install --no-deps --target DIR` of the main
+branch), then with this tree's; the table prints both, measured in the same rounds.
+
+Run (holds the engine lock): `flock /tmp/mcinspect-engine.lock .venv/bin/python
+tests/bench/bench_engine_overhead.py [--rounds 3] [--requests 200] [--only "A;B"] [--before-site DIR]`
 """
 
 from __future__ import annotations
@@ -81,10 +86,13 @@ class Run(NamedTuple):
     """Their busy-time share of the workload's wall time."""
 
 
-def run(variant: str, requests: int) -> Run:
+def run(variant: str, requests: int, site: str | None = None) -> Run:
+    """One demo run of `variant`; `site`: a directory of packages put first on the path."""
     port = free_port_pair()
     command = [MCINSPECT, "demo", "--headless", "--json", "--requests", str(requests), "--port", str(port)]
     env = dict(os.environ)
+    if site:
+        env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
     if variant == "hooks off":
         command.append("--no-hooks")
     if variant.startswith("verify engine"):
@@ -129,6 +137,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--only", help="Variants to run, separated by semicolons ('hooks off' always runs).")
+    parser.add_argument("--before-site", help="Also run each variant with the packages in this directory first on the path.")
     args = parser.parse_args()
     variants = [
         "hooks off",
@@ -147,29 +156,45 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown variants {sorted(unknown)}; choose from {variants}")
         variants = [v for v in variants if v == "hooks off" or v in wanted]
-    runs: dict[str, list[Run]] = {v: [] for v in variants}
+    if args.before_site and not os.path.isdir(os.path.join(args.before_site, "mcinspect_engine_hooks")):
+        parser.error(f"--before-site {args.before_site}: no mcinspect_engine_hooks package there")
+    rows = [("hooks off", None)]  # (variant, site): hooks off is the same code either way
+    for variant in variants[1:]:
+        rows += [(variant, args.before_site)] if args.before_site else []
+        rows.append((variant, None))
+    runs: dict[tuple[str, str | None], list[Run]] = {row: [] for row in rows}
     for round_ in range(args.rounds):
-        for variant in variants:
-            runs[variant].append(result := run(variant, args.requests))
+        for variant, site in rows:
+            runs[variant, site].append(result := run(variant, args.requests, site))
             print(
-                f"round {round_ + 1}: {variant:<33} {result.tokens_per_s:7.1f} generated tok/s, "
+                f"round {round_ + 1}: {_label(variant, site, args.before_site):<42} {result.tokens_per_s:7.1f} generated tok/s, "
                 f"hooks {result.hook_ms_per_step:5.2f} ms/step = {100 * result.hook_share:4.1f}% of the workload"
                 + (f", client got {result.frames} frames of {result.steps} steps" if result.frames else "")
                 + (f", {result.verified_per_s:.1f} references/s taking {100 * result.verify_share:.1f}%" if result.verified_per_s else ""),
                 flush=True,
             )
-    base = statistics.median(r.tokens_per_s for r in runs["hooks off"])
-    print(f"\nmedian of {args.rounds} rounds, {args.requests} requests each")
-    print(f"{'variant':<33} {'tok/s':>7} {'vs off':>7}   {'hook ms/step':>12} {'1 - hook share':>15}")
-    for variant in variants:
-        median = statistics.median(r.tokens_per_s for r in runs[variant])
-        per_step = statistics.median(r.hook_ms_per_step for r in runs[variant])
-        share = statistics.median(r.hook_share for r in runs[variant])
-        print(f"{variant:<33} {median:7.1f} {median / base:6.3f}x   {per_step:12.3f} {1 - share:14.3f}x")
+    base = statistics.median(r.tokens_per_s for r in runs["hooks off", None])
+    print(
+        f"\nmedian of {args.rounds} rounds, {args.requests} requests each" + (f"; before = {args.before_site}" if args.before_site else "")
+    )
+    print(f"{'variant':<42} {'tok/s':>7} {'vs off':>7}   {'hook ms/step':>12} {'1 - hook share':>15}")
+    for variant, site in rows:
+        measured = runs[variant, site]
+        median = statistics.median(r.tokens_per_s for r in measured)
+        per_step = statistics.median(r.hook_ms_per_step for r in measured)
+        share = statistics.median(r.hook_share for r in measured)
+        print(f"{_label(variant, site, args.before_site):<42} {median:7.1f} {median / base:6.3f}x   {per_step:12.3f} {1 - share:14.3f}x")
         if variant.startswith("verify"):
-            rate = statistics.median(r.verified_per_s for r in runs[variant])
-            taken = statistics.median(r.verify_share for r in runs[variant])
-            print(f"{'':<28} {rate:.1f} references/s, {100 * taken:.1f}% of the workload's time")
+            rate = statistics.median(r.verified_per_s for r in measured)
+            taken = statistics.median(r.verify_share for r in measured)
+            print(f"{'':<37} {rate:.1f} references/s, {100 * taken:.1f}% of the workload's time")
+
+
+def _label(variant: str, site: str | None, before_site: str | None) -> str:
+    """The variant, marked before / after when the run compares two trees."""
+    if before_site is None or variant == "hooks off":
+        return variant
+    return f"{variant} ({'before' if site else 'after'})"
 
 
 if __name__ == "__main__":
