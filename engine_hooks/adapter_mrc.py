@@ -25,10 +25,18 @@ from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash
 from .tensor_runs import ints_of_many, runs_of_many
 
 
-def supports(tree_cache: Any) -> bool:
-    """Whether `tree_cache` is a MambaRadixCache (feature detection, not version strings)."""
-    return all(hasattr(tree_cache, name) for name in ("root_node", "full_lru_list", "mamba_lru_list")) and not hasattr(
-        tree_cache, "tree_core"
+def refusal(tree_cache: Any) -> str:
+    """Why this adapter cannot read `tree_cache`, "" when it is a MambaRadixCache (feature
+    detection, not version strings). 0.5.16-0.5.20 still ship the class, so their methods fit
+    this generation while the scheduler builds a UnifiedRadixCache."""
+    if all(hasattr(tree_cache, name) for name in ("root_node", "full_lru_list", "mamba_lru_list")) and not hasattr(tree_cache, "tree_core"):
+        return ""
+    from .generations import installed_release
+
+    return (
+        f"sglang {installed_release()} is not supported by mcinspect: the scheduler's cache is a "
+        f"{type(tree_cache).__name__}, not the MambaRadixCache whose methods this sglang still has, and the "
+        "unified-tree-core generation lacks some of its methods (`mcinspect hooks` lists them). The hooks stay off"
     )
 
 

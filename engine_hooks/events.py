@@ -196,6 +196,13 @@ class _CacheHooks:
         if req.finished():
             self.sink.emit(RequestEvent, rid=Rid(req.rid), what="finish")
 
+    def finished_cached(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:
+        """0.5.20: after `cache_finished_req(req, ...)`; a streaming session that detached the
+        row released nothing (0.5.21's claim_kv_row returns before on_release there)."""
+        req = _arg(args, kwargs, 0, "req")
+        if kv_of(req).holds_kv:
+            self.released(ret, cache, *args, **kwargs)
+
 
 class _PoolHooks:
     """Slot alloc/free, admission groups, request admission, track plans, retraction."""

@@ -10,14 +10,15 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 
 | generation | releases tested | tree | read by |
 |---|---|---|---|
-| unified-tree-core | 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
+| unified-tree-core | 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
 | mamba-radix-cache | 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
 for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `device_prefix_len`,
-`mamba_keep_idx`, `mamba_prev_track_seqlen`). Not supported (README "sglang releases"):
-0.5.16-0.5.20 (UnifiedRadixCache releasing requests through `cache_finished_req`, no
-`claim_kv_row` / `on_release`) and releases before 0.5.12 (no HookRegistry).
+`mamba_keep_idx`, `mamba_prev_track_seqlen`). 0.5.20 releases a request in one
+`cache_finished_req` (insert, row free, unlock): fallback rows before / after it for
+`claim_kv_row` / `on_release`. Not supported (README "sglang releases"): the UnifiedRadixCache
+releases before 0.5.20 and releases before 0.5.12 (no HookRegistry).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class Generation:
 
 UNIFIED_TREE_CORE = Generation(
     name="unified-tree-core",
-    releases=("0.5.21", "0.5.22", "0.5.23"),
+    releases=("0.5.20", "0.5.21", "0.5.22", "0.5.23"),
     hooks=HOOKS,
     required=tuple(
         h.target

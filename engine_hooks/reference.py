@@ -176,8 +176,9 @@ class ReferencePrefill:
         s = self.scheduler
         batch = ScheduleBatch.init_new([req], self.pool, self.allocator, self._tree, s.model_config, False, s.spec_algorithm)
         batch.prepare_for_extend()
-        if getattr(batch, "mamba_prefill_track_mask_cpu", None) is not None:  # extra_buffer: no track write
-            batch.mamba_prefill_track_mask_cpu = [False] * len(batch.reqs)
+        if getattr(batch, "mamba_track_mask", None) is not None:  # extra_buffer: no track write
+            if hasattr(batch, "mamba_prefill_track_mask_cpu"):  # 0.5.21 on (0.5.20: the device mask alone)
+                batch.mamba_prefill_track_mask_cpu = [False] * len(batch.reqs)
             batch.mamba_track_mask = torch.zeros_like(batch.mamba_track_mask)
         return batch
 

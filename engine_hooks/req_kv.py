@@ -76,3 +76,13 @@ def _lazy() -> bool:
 
     lazy = get_global_server_args().enable_mamba_extra_buffer_lazy
     return bool(lazy() if callable(lazy) else lazy)
+
+
+def prefill_track_mask(batch: Any) -> list[bool] | None:
+    """Which rows of an extend batch write a track slot: `mamba_prefill_track_mask_cpu` (0.5.21
+    on); 0.5.20 keeps only the device tensor `mamba_track_mask` built from the same list, read
+    here (one host copy per extend batch; free on the CPU engine)."""
+    if hasattr(batch, "mamba_prefill_track_mask_cpu"):
+        return batch.mamba_prefill_track_mask_cpu
+    mask = getattr(batch, "mamba_track_mask", None)
+    return None if mask is None else [bool(x) for x in mask.tolist()]

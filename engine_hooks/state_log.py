@@ -27,7 +27,7 @@ from typing import Any
 from mcinspect.schema import BatchOrigin, NodeId, Rid, SlotId, Step
 
 from .reference import RID_PREFIX
-from .req_kv import kv_of
+from .req_kv import kv_of, prefill_track_mask
 from .tensor_runs import IndexValue, ints_of_many
 
 PATHS = ("prefill checkpoint", "decode checkpoint", "chunk donation", "finish donation", "copy-on-write", "mixed batch")
@@ -85,7 +85,7 @@ class StateLog:
 
     def extend_planned(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         """After ScheduleBatch.prepare_for_extend: the requests whose forward writes a track slot."""
-        mask = getattr(batch, "mamba_prefill_track_mask_cpu", None)
+        mask = prefill_track_mask(batch)
         if not mask or True not in mask:
             return
         lens = list(batch.extend_lens)

@@ -22,7 +22,7 @@ from mcinspect.schema import Rid, TrackWriteEvent
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 from .reference import RID_PREFIX
-from .req_kv import kv_of
+from .req_kv import kv_of, prefill_track_mask
 
 
 class WriteHooks:
@@ -46,7 +46,7 @@ class WriteHooks:
     # --- who holds each row (scheduling) ---
 
     def extend_prepared(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
-        mask = getattr(batch, "mamba_prefill_track_mask_cpu", None) or [False] * len(batch.reqs)
+        mask = prefill_track_mask(batch) or [False] * len(batch.reqs)
         for req, tracked in zip(batch.reqs, mask):
             seqlen = kv_of(req).mamba_last_track_seqlen
             self._own(req, int(seqlen) if tracked and seqlen is not None else -1)
@@ -95,7 +95,7 @@ class WriteHooks:
             for t in (forward_metadata.track_ssm_h_dst, forward_metadata.track_ssm_final_dst, forward_metadata.track_ssm_recompute_dst)
             if t is not None and t.numel()
         ]
-        mask = forward_batch.mamba_prefill_track_mask_cpu
+        mask = getattr(forward_batch, "mamba_prefill_track_mask_cpu", None)  # 0.5.20: the device mask
         self._emit(forward_batch, rows, DeferredValues([forward_batch.mamba_track_mask], cast=bool) if mask is None else list(mask), dst)
 
     def decode_copied(self, conv: Any, ssm: Any, cache_indices: Any, mask: Any, dst: Any, bs: int, /, *args: Any, **kwargs: Any) -> None:
@@ -120,6 +120,8 @@ class WriteHooks:
 
     def _batch_rows(self, forward_batch: Any) -> list[int] | None:
         rows = getattr(forward_batch, "req_pool_indices_cpu", None)
+        if rows is None:  # 0.5.20: the device tensor alone (one host copy per forward)
+            rows = getattr(forward_batch, "req_pool_indices", None)
         if rows is None:
             return None
         return [int(r) for r in rows.tolist()[: forward_batch.batch_size]]

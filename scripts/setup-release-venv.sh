@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 release=${1:?usage: $0 SGLANG_RELEASE (e.g. 0.5.22)}
-supported="0.5.15 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
+supported="0.5.15 0.5.20 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
 case " $supported " in
   *" $release "*) ;;
   *) echo "warning: mcinspect reads sglang $supported; on $release the engine runs with the hooks off and says why" >&2 ;;
@@ -23,16 +23,17 @@ if [ ! -f "$venv/.sglang-$release" ]; then
   echo "setting up $venv (sglang $release over .venv's CPU stack)..." >&2
   rm -rf "$venv"
   python3.11 -m venv "$venv"
-  own=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "$base" > "$own/mcinspect-cpu-stack.pth"
   "$venv/bin/python" -m pip uninstall --quiet --yes setuptools  # .venv's newer one builds mcinspect
   pip_install --no-deps "sglang==$release"
-  # Its own transformers where .venv's is too new for it (0.5.15 registers configs 5.19 has built in).
+  # Its own transformers where .venv's is too new for it (0.5.15-0.5.19 register configs 5.19 has built in, e.g. qwen3_asr).
   case $release in
-    0.5.1[2-5]) pip_install --no-deps transformers==5.12.1 tokenizers==0.22.2 huggingface-hub==1.33.0 ;;
+    0.5.1[2-9]) pip_install --no-deps transformers==5.12.1 tokenizers==0.22.2 huggingface-hub==1.33.0 ;;
   esac
   touch "$venv/.sglang-$release"
 fi
+# Rewritten each time: the venv made under a .venv link (or another checkout) must read this one's.
+own=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$base" > "$own/mcinspect-cpu-stack.pth"
 pip_install --no-deps --force-reinstall --no-build-isolation .
 rm -rf build ./*.egg-info
 "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('sglang') == '$release', m.version('sglang')"

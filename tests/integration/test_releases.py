@@ -5,7 +5,7 @@ unsupported one runs with the hooks off and says why in one line, in the engine'
 `mcinspect info` and as the demo's error.
 
 CI runs 0.5.22's clean demo and its own mixed-chunk bug caught (CI's time budget);
-MCINSPECT_RELEASE_MATRIX=1 adds 0.5.21 (the same two), the whole fault library per release and
+MCINSPECT_RELEASE_MATRIX=1 adds 0.5.21 and 0.5.20 (the same two), the whole fault library per release and
 the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
@@ -27,14 +27,14 @@ from engine_runs import free_port_pair
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASES = ("0.5.22", "0.5.21")
+RELEASES = ("0.5.22", "0.5.21", "0.5.20")
 """The supported releases besides the main venv's 0.5.23 (engine_hooks/generations.py)."""
 IN_CI = ("0.5.22",)
 """The releases CI runs: the clean demo and the mixed-chunk bug (CI's time budget);
 MCINSPECT_RELEASE_MATRIX=1 runs every test on every release."""
-UNSUPPORTED = "0.5.20"
-"""The newest release the adapters do not read (requests released through cache_finished_req:
-no UnifiedRadixCache.claim_kv_row / on_release)."""
+UNSUPPORTED = "0.5.19"
+"""The newest release the adapters do not read (its components live in full_component.py /
+mamba_component.py: no FullComponent / MambaComponent where the table looks)."""
 MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
 
 

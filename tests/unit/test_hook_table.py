@@ -66,9 +66,25 @@ def test_a_release_without_lock_unlock_and_checkpoint_into_tree_fits_through_the
     assert not {"lock", "unlock", "checkpoint_into_tree"} & used.keys()
 
 
+RELEASE_0520 = {
+    "absent": RELEASE_0521["absent"] + ("claim_kv_row", "on_release"),
+    "added": RELEASE_0521["added"] + ("cache_finished_req",),
+}
+
+
+def test_a_release_that_releases_requests_in_cache_finished_req_fits_through_it(monkeypatch) -> None:
+    _as_release(monkeypatch, **RELEASE_0520)
+    selection = select()
+    assert isinstance(selection, Selection) and selection.generation is UNIFIED_TREE_CORE and selection.skipped == ()
+    used = [(h.target.rsplit(".", 1)[-1], h.when, h.body) for h in selection.hooks]
+    assert ("cache_finished_req", "before", "cache.releasing_row") in used
+    assert ("cache_finished_req", "after", "cache.finished_cached") in used
+    assert not {"claim_kv_row", "on_release"} & {name for name, _, _ in used}
+
+
 def test_a_release_that_releases_requests_elsewhere_is_refused_naming_what_it_lacks(monkeypatch) -> None:
-    _as_release(monkeypatch, RELEASE_0521["absent"] + ("claim_kv_row", "on_release"), RELEASE_0521["added"])  # 0.5.20
+    _as_release(monkeypatch, RELEASE_0520["absent"], RELEASE_0521["added"])  # no release path at all
     selection = select()
     assert not isinstance(selection, Selection)
     assert "claim_kv_row" in selection.reason and "on_release" in selection.reason
-    assert "it reads 0.5.21, 0.5.22, 0.5.23" in selection.reason
+    assert "it reads 0.5.20, 0.5.21, 0.5.22, 0.5.23" in selection.reason

@@ -12,7 +12,7 @@ from mcinspect.cli import app
 from mcinspect_engine_hooks.config import HooksConfig
 from mcinspect_engine_hooks.unsupported import UnsupportedInspector
 
-REASON = "sglang 0.5.20 is not supported by mcinspect (it reads 0.5.21, 0.5.22, 0.5.23); no generation fits: unified-tree-core (lacks ...)"
+REASON = "sglang 0.5.19 is not supported by mcinspect (it reads 0.5.20, 0.5.21, 0.5.22, 0.5.23); no generation fits: unified-tree-core (lacks ...)"
 
 
 def _free_port_pair() -> int:
@@ -52,3 +52,13 @@ def test_a_rust_tree_core_without_path_info_is_refused_with_the_way_out() -> Non
     assert UNIFIED_TREE_CORE.refusal(cache(SimpleNamespace(collect_path_info=lambda ids: []))) == ""
     assert UNIFIED_TREE_CORE.refusal(cache(SimpleNamespace(_node_arena={}))) == ""
     assert "not a UnifiedRadixCache" in UNIFIED_TREE_CORE.refusal(SimpleNamespace())
+
+
+def test_a_unified_cache_under_the_mamba_radix_cache_generation_is_refused_in_one_line() -> None:
+    """0.5.16-0.5.20 ship MambaRadixCache's methods but build a UnifiedRadixCache: where the
+    unified generation does not fit, the MambaRadixCache one is picked and refuses at start."""
+    from mcinspect_engine_hooks.generations import MAMBA_RADIX_CACHE
+
+    assert MAMBA_RADIX_CACHE.refusal(SimpleNamespace(root_node=None, full_lru_list=None, mamba_lru_list=None)) == ""
+    reason = MAMBA_RADIX_CACHE.refusal(SimpleNamespace(tree_core=object()))
+    assert "is not supported by mcinspect" in reason and "lacks" in reason and "\n" not in reason

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ...req_kv import prefill_track_mask
 from .base import EXTRA_BUFFER_STRATEGIES, HYBRID_BACKEND_MODULE, RECOMPUTE_CHECK, SRT, Fault, Hook, log_faulty_action
 
 SCHEDULE_BATCH = SRT + "managers.schedule_batch.ScheduleBatch"
@@ -31,7 +32,7 @@ def drop_track_fields_on_merge(original: Callable[..., Any], batch: Any, running
     `merge_batch` set them to None after `prepare_for_extend` had stamped the prefill rows' track
     slots (#24613, again #39342): the mixed forward tracks nothing, the slots are donated."""
     result = original(batch, running_batch, *args, **kwargs)
-    mask = getattr(batch, "mamba_prefill_track_mask_cpu", None)
+    mask = prefill_track_mask(batch)
     if mask and any(mask):
         for req, tracked in zip(batch.reqs, mask):
             if tracked:
