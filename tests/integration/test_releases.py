@@ -27,8 +27,9 @@ from engine_runs import free_port_pair
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASES = ("0.5.22", "0.5.21", "0.5.20")
-"""The supported releases besides the main venv's 0.5.23 (engine_hooks/generations.py)."""
+RELEASES = ("0.5.22", "0.5.21")
+"""The releases read clean besides the main venv's 0.5.23. 0.5.20 attaches (generations.py) but
+its write checks still give false alarms on prefill checkpoints (README "sglang releases")."""
 IN_CI = ("0.5.22",)
 """The releases CI runs: the clean demo and the mixed-chunk bug (CI's time budget);
 MCINSPECT_RELEASE_MATRIX=1 runs every test on every release."""
