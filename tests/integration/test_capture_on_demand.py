@@ -17,10 +17,10 @@ from mcinspect.schema import SCHEMA_VERSION, GetSnapshot, GetStats, Hello, Snaps
 from mcinspect.session import Session
 from mcinspect.target import Target
 
-from engine_runs import MCINSPECT, free_port_pair, stop_served_demo, tagged_env
+from engine_runs import ENGINE_MATRIX, MCINSPECT, free_port_pair, opt_in, stop_served_demo, tagged_env
 from waiting import until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, opt_in(ENGINE_MATRIX)]  # CI: on-demand capture under the live clients (test_live_stream)
 
 REQUESTS = 80
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from engine_runs import FAULT_MATRIX, opt_in
+
+pytestmark = [pytest.mark.slow, opt_in(FAULT_MATRIX)]  # CI: wrong-chunk-state caught by T2 (test_faults_caught)
 
 BENCH = Path(__file__).parents[1] / "bench" / "bench_differential.py"
 REQUESTS = 24

@@ -19,7 +19,7 @@ import requests
 
 from mcinspect_engine_hooks.cpu_engine.workload import Workload
 
-from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
+from engine_runs import ENGINE_MATRIX, MCINSPECT, free_port_pair, opt_in, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +121,7 @@ def test_the_readmes_own_engine_lines_run_as_written(readme_server: tuple[dict[s
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+@opt_in(ENGINE_MATRIX)  # CI: the README's own-engine lines run sglang's HTTP server (above)
 def test_demo_through_the_http_server_gives_the_in_process_engines_outputs(tmp_path: Path) -> None:
     def demo(*args: str) -> dict:
         run = subprocess.run(

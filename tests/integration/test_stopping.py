@@ -17,9 +17,9 @@ from mcinspect.recording import RecordingReader
 from mcinspect.schema import SCHEMA_VERSION, Hello
 from mcinspect.target import Target
 
-from engine_runs import MCINSPECT, free_port_pair, tagged_env, tagged_processes
+from engine_runs import ENGINE_MATRIX, MCINSPECT, free_port_pair, opt_in, tagged_env, tagged_processes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, opt_in(ENGINE_MATRIX)]  # CI: every demo run ends with no process left (test_embedded_engine)
 
 
 def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

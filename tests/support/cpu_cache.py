@@ -7,7 +7,8 @@ Needs the CPU patches (`cpu_engine.patches.install()`) before sglang is first im
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -101,6 +102,23 @@ def build_cache(
         waiting_queue=[],
         chunked_req=None,
     )
+
+
+@contextmanager
+def mcinspect_hooks() -> Iterator[tuple[Any, Any]]:
+    """mcinspect's whole hook table applied through sglang's HookRegistry: (EventSink,
+    ErrorCounter) while inside; the original methods restored after."""
+    from mcinspect_engine_hooks.events import EventSink, hook_points
+    from mcinspect_engine_hooks.guard import ErrorCounter
+    from mcinspect_engine_hooks.hooks_0523 import HOOKS
+    from mcinspect_engine_hooks.state_log import StateLog
+
+    sink, errors = EventSink(), ErrorCounter()
+    restore = install_hooks(hook_points(sink, errors, StateLog(), HOOKS))
+    try:
+        yield sink, errors
+    finally:
+        restore()
 
 
 def install_hooks(points: list[tuple[str, str, Callable[..., None]]]) -> Callable[[], None]:

@@ -41,10 +41,8 @@ from mcinspect.schema import (  # noqa: E402
     key_hash,
 )
 from mcinspect_engine_hooks.capture import Capture, DeltaParts  # noqa: E402
-from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
+from mcinspect_engine_hooks.events import EventSink  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
-from mcinspect_engine_hooks.hooks_0523 import HOOKS  # noqa: E402
-from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
@@ -65,11 +63,8 @@ def build_cache(core: str = "python", page_size: int = 1, extra_buffer: bool = T
 
 @pytest.fixture
 def hooks() -> Iterator[tuple[EventSink, ErrorCounter]]:
-    """mcinspect's hooks applied through sglang's HookRegistry; originals restored after."""
-    sink, errors = EventSink(), ErrorCounter()
-    restore = cpu_cache.install_hooks(hook_points(sink, errors, StateLog(), HOOKS))
-    yield sink, errors
-    restore()
+    with cpu_cache.mcinspect_hooks() as pair:
+        yield pair
 
 
 def fresh_state(scheduler: SimpleNamespace, sink: EventSink, step: int) -> CacheState:

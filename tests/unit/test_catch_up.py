@@ -23,10 +23,8 @@ from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from mcinspect.schema import CacheState, Counters, Seq, Step, apply_delta  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
 from mcinspect_engine_hooks.catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK  # noqa: E402
-from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
+from mcinspect_engine_hooks.events import EventSink  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
-from mcinspect_engine_hooks.hooks_0523 import HOOKS  # noqa: E402
-from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import cpu_cache  # noqa: E402
 
@@ -35,10 +33,8 @@ GROUPS, PER_GROUP = 12, 40
 
 @pytest.fixture
 def hooks() -> Iterator[tuple[EventSink, ErrorCounter]]:
-    sink, errors = EventSink(), ErrorCounter()
-    restore = cpu_cache.install_hooks(hook_points(sink, errors, StateLog(), HOOKS))
-    yield sink, errors
-    restore()
+    with cpu_cache.mcinspect_hooks() as pair:
+        yield pair
 
 
 class Tree:

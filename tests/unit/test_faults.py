@@ -47,7 +47,7 @@ from mcinspect_engine_hooks.cpu_engine.workload import Workload, WorkloadShape  
 from mcinspect_kernels.cpu_ops.gated_delta_rule import CHUNK_SIZE, chunk_gated_delta_rule_cpu  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
-from engine_runs import MCINSPECT  # noqa: E402
+from engine_runs import FAULT_MATRIX, MCINSPECT, opt_in  # noqa: E402
 
 EXPECTED = {
     "tp-desync",
@@ -412,7 +412,6 @@ def test_unwritten_slot_drops_the_track_copies() -> None:
 # ---------------------------------------------------------------- end to end (the real engine)
 
 CONTENT_FAULTS = {
-    # CI: the default model's first (CI's time budget); the rest under MCINSPECT_FAULT_MATRIX=1
     "qwen3-next": ("wrong-chunk-state", "unwritten-slot"),
     "nemotron-h": ("wrong-chunk-state", "unwritten-slot", "zero-initial-state"),
     "qwen3.5": ("wrong-chunk-state", "unwritten-slot", "zero-initial-state"),
@@ -434,12 +433,12 @@ def _demo_digest(model: str, fault: str | None, requests: int = 24) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", list(CONTENT_FAULTS) if os.environ.get("MCINSPECT_FAULT_MATRIX") == "1" else ["qwen3-next"])
+@opt_in(FAULT_MATRIX)  # CI: each content fault's effect on the states, caught by T2 (test_faults_caught)
+@pytest.mark.parametrize("model", list(CONTENT_FAULTS))
 def test_content_faults_change_the_engine_outputs(model: str) -> None:
     """Faults only content checks can see: the same seed must give different answers. The tiny
     models decay their states slowly (state_memory.py), so a wrong state shows in the outputs;
     28 requests include the few-shot wave where zero-initial-state bites."""
     clean = _demo_digest(model, None, requests=28)
-    names = CONTENT_FAULTS[model] if os.environ.get("MCINSPECT_FAULT_MATRIX") == "1" else CONTENT_FAULTS[model][:1]
-    for name in names:
+    for name in CONTENT_FAULTS[model]:
         assert _demo_digest(model, name, requests=28) != clean, name
