@@ -5,7 +5,7 @@ unsupported one runs with the hooks off and says why in one line, in the engine'
 `mcinspect info` and as the demo's error.
 
 CI runs 0.5.22's own mixed-chunk bug caught (CI's time budget); MCINSPECT_RELEASE_MATRIX=1
-adds its clean demo, 0.5.21 (the same two), the whole fault library per release and the
+adds its clean demo, 0.5.21 and 0.5.20 (the same two), the whole fault library per release and the
 unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
@@ -27,9 +27,8 @@ from engine_runs import free_port_pair
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASES = ("0.5.22", "0.5.21")
-"""The releases read clean besides the main venv's 0.5.23. 0.5.20 attaches (generations.py) but
-its write checks still give false alarms on prefill checkpoints (README "sglang releases")."""
+RELEASES = ("0.5.22", "0.5.21", "0.5.20")
+"""The supported releases besides the main venv's 0.5.23 (engine_hooks/generations.py)."""
 IN_CI = ("0.5.22",)
 """The release CI runs, for its mixed-chunk bug caught on the unpatched engine (CI's time
 budget); MCINSPECT_RELEASE_MATRIX=1 runs every test on every release."""
