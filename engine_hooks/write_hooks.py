@@ -95,10 +95,10 @@ class WriteHooks:
             for t in (forward_metadata.track_ssm_h_dst, forward_metadata.track_ssm_final_dst, forward_metadata.track_ssm_recompute_dst)
             if t is not None and t.numel()
         ]
-        mask = getattr(forward_batch, "mamba_prefill_track_mask_cpu", None)
-        if mask is None:  # 0.5.20: the device mask alone, copied now (a later batch overwrites its storage)
-            mask = DeferredValues([forward_batch.mamba_track_mask.clone()], cast=bool)
-        self._emit(forward_batch, rows, mask if isinstance(mask, DeferredValues) else list(mask), dst)
+        listed = getattr(forward_batch, "mamba_prefill_track_mask_cpu", None)
+        # 0.5.20: the device mask alone, copied now (a later batch overwrites its storage)
+        mask = list(listed) if listed is not None else DeferredValues([forward_batch.mamba_track_mask.clone()], cast=bool)
+        self._emit(forward_batch, rows, mask, dst)
 
     def decode_copied(self, conv: Any, ssm: Any, cache_indices: Any, mask: Any, dst: Any, bs: int, /, *args: Any, **kwargs: Any) -> None:
         """Before track_mamba_states_if_needed / _all_layers: the copy writes `dst[i]` for the

@@ -22,7 +22,7 @@ from fault_runs import CASES, VERIFY_ENV, assert_fault_caught
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
 
-from engine_runs import free_port_pair
+from engine_runs import free_port_pair, opt_in
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +118,7 @@ def test_the_real_mixed_chunk_bug_of_the_release_is_caught_on_the_unpatched_engi
     assert min(v["step"] for v in found) == first_unwritten  # the metadata check sees it first, at the step
 
 
-@pytest.mark.skipif(os.environ.get(MATRIX_ENV) != "1", reason=f"CI's time budget: {MATRIX_ENV}=1 runs it")
+@opt_in(MATRIX_ENV)
 def test_an_unsupported_release_runs_with_the_hooks_off_and_says_why(tmp_path: Path) -> None:
     mcinspect = str(venv_of(UNSUPPORTED) / "bin" / "mcinspect")
     port = free_port_pair()
@@ -158,7 +158,7 @@ def _mrc_demo(tmp_path: Path, name: str, *args: str, verify: str = "transformers
     return summary, [json.loads(line) for line in check.stdout.splitlines()]
 
 
-@pytest.mark.skipif(os.environ.get(MATRIX_ENV) != "1", reason=f"CI's time budget: {MATRIX_ENV}=1 runs it")
+@opt_in(MATRIX_ENV)
 def test_a_mamba_radix_cache_release_reads_clean(tmp_path: Path) -> None:
     summary, found = _mrc_demo(tmp_path, "clean")
     stats = summary["stats"]
@@ -167,7 +167,7 @@ def test_a_mamba_radix_cache_release_reads_clean(tmp_path: Path) -> None:
     assert found == []
 
 
-@pytest.mark.skipif(os.environ.get(MATRIX_ENV) != "1", reason=f"CI's time budget: {MATRIX_ENV}=1 runs it")
+@opt_in(MATRIX_ENV)
 def test_a_mamba_radix_cache_release_reads_the_mamba2_model_clean(tmp_path: Path) -> None:
     """nemotron-h (extra_buffer, page 16) without T2: transformers 5.12.1 loads the tiny NemotronH
     with its layers shifted (README), and the engine oracle needs Req.kv (0.5.22+)."""

@@ -38,11 +38,11 @@ from mcinspect.schema import Delta, Snapshot
 from mcinspect_engine_hooks.cpu_engine.tiny_model import ensure_tiny_model
 from mcinspect_engine_hooks.cpu_engine.workload import Workload
 
-from engine_runs import MCINSPECT, free_port_pair, free_ports_for_ranks, tagged_env, tagged_processes
+from engine_runs import MCINSPECT, free_port_pair, free_ports_for_ranks, opt_in, tagged_env, tagged_processes
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("MCINSPECT_TP_TESTS") != "1", reason="CI's time budget: MCINSPECT_TP_TESTS=1 runs it"),
+    opt_in("MCINSPECT_TP_TESTS"),
 ]
 
 SECOND_HOST = "127.0.0.2"

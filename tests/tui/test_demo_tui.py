@@ -4,14 +4,13 @@ start, in a fresh interpreter: see demo_probe.py)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from engine_runs import free_port_pair, free_ports_for_ranks, tagged_env, tagged_processes
+from engine_runs import free_port_pair, free_ports_for_ranks, opt_in, tagged_env, tagged_processes
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +32,7 @@ def test_demo_opens_the_tui_on_the_live_engine() -> None:
     assert tagged_processes(tag) == [], "engine processes left behind"
 
 
-@pytest.mark.skipif(os.environ.get("MCINSPECT_TP_TESTS") != "1", reason="CI's time budget: MCINSPECT_TP_TESTS=1 runs it")
+@opt_in("MCINSPECT_TP_TESTS")
 def test_demo_with_two_ranks_opens_the_tui_on_both() -> None:
     """`mcinspect demo --tp 2`'s TUI finds both ranks, R shows rank 1 at the paused step, and the
     ranks tab finds them agreeing there."""
