@@ -212,6 +212,10 @@ def _install_sgl_kernel_cpu_ops() -> None:
     package.mamba = mamba
     sys.modules["sgl_kernel"] = package
     sys.modules["sgl_kernel.mamba"] = mamba
+    # Reason: 0.5.12's scheduler imports the host-cache copies (HiCache) by name at import time.
+    kvcacheio = _MissingOpModule("sgl_kernel.kvcacheio", {})
+    package.kvcacheio = kvcacheio
+    sys.modules["sgl_kernel.kvcacheio"] = kvcacheio
     torch.ops.__dict__["sgl_kernel"] = _TorchOpsNamespace(SGL_KERNEL_TORCH_OPS)
 
 

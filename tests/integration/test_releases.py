@@ -210,7 +210,10 @@ def test_a_fault_is_caught_on_a_mamba_radix_cache_release(
     first = min(a["step"] for a in actions)
     caught = sorted(v["step"] for v in found if v["check"] == check)
     assert caught, f"{fault} on {mrc_release}: expected {check}, got {sorted({v['check'] for v in found})}"
-    print(f"{fault} on {mrc_release}: first action at step {first}, {check} at +{caught[0] - first}")
+    verify = summary["stats"]["verify"]
+    print(
+        f"{fault} on {mrc_release}: first action at step {first}, {check} at +{caught[0] - first} ({len(caught)} times); T2 {verify['mismatches']} of {verify['verified']} differ"
+    )
     assert 0 <= caught[0] - first <= latency, (first, caught[:3])
     early = [v for v in found if v["step"] < first and not (v["check"] == "cow-source" and mrc_release in STAGED_COW_KEPT)]
     assert not early, early[:3]  # clean until the fault acted (but for the release's own bug)
@@ -225,6 +228,10 @@ def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_p
     stats = summary["stats"]
     assert stats["paths"]["mixed batch"] > 0
     assert stats["verify"]["mismatches"] > 0  # the cached states are wrong
+    firsts = {c: min(v["step"] for v in found if v["check"] == c) for c in {v["check"] for v in found}}
+    print(
+        f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches, T2 {stats['verify']['mismatches']} of {stats['verify']['verified']} differ; first steps {firsts}"
+    )
     assert {"content-immutable", "T2-recompute"} <= {v["check"] for v in found}, found[:3]
 
 
