@@ -56,6 +56,13 @@ NOT_YET: dict[str, tuple[str, ...]] = {
 """Replacements of patches.py that these releases do not have the target of yet (Mamba2's
 all-layers copy, the unfused shared-expert gate): applied where present instead of failing."""
 
+DEFINITIONS: dict[str, dict[str, Any]] = {
+    # Reason: 0.5.12 imports the FLA chunk size only off the CPU (`if not is_cpu()`), yet its
+    # extra_buffer track indices read it on every device (64: fla.chunk_delta_h.CHUNK_SIZE).
+    "sglang.srt.layers.attention.hybrid_linear_attn_backend": {"FLA_CHUNK_SIZE": 64},
+}
+"""Module -> {attribute: value}, defined where the module lacks the attribute."""
+
 WRAPPERS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "sglang.srt.server_args": {
         "ServerArgs._validate_mamba_extra_buffer": validate_extra_buffer_off_gpu,
