@@ -22,6 +22,7 @@ from typing import Any
 
 from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash, pack_tokens
 
+from .req_kv import key_tokens
 from .tensor_runs import ints_of_many, runs_of_many
 
 
@@ -85,7 +86,7 @@ class MrcTreeView:
         slots = ints_of_many([node.mamba_value for node, _ in items])
         out = []
         for (node, depth), runs, slot in zip(items, kv_runs, slots):
-            tokens = list(node.key.raw_token_ids())
+            tokens = list(key_tokens(node.key))
             out.append(
                 NodeRecord(
                     id=NodeId(node.id),
@@ -136,7 +137,7 @@ class MrcTreeView:
             return None
         keys = []
         while node.parent is not None:
-            keys.append(list(node.key.raw_token_ids()))
+            keys.append(list(key_tokens(node.key)))
             node = node.parent
         return [token for key in reversed(keys) for token in key]
 

@@ -79,4 +79,5 @@ class CowHooks:
         if cache.temporal.is_cuda and os.environ.get(ON_CUDA_ENV) != "1":
             return None
         slots = torch.cat([t.reshape(-1) for t in parts])
-        return fingerprint_slots(list(cache.conv), cache.temporal, pool.translate_mamba_indices(slots))
+        translate = getattr(pool, "translate_mamba_indices", None)  # 0.5.15 on; before, slot ids index the cache as they are
+        return fingerprint_slots(list(cache.conv), cache.temporal, slots if translate is None else translate(slots))

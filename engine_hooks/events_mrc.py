@@ -19,6 +19,11 @@ def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) 
     return kwargs.get(name, default)
 
 
+def _int8_off(cache: Any) -> bool:
+    """No int8 checkpoint pool (0.5.13 has none at all): the tree takes the ping-pong slot."""
+    return getattr(cache, "int8_ckpt_pool", None) is None
+
+
 class MrcHooks:
     def __init__(self, sink: EventSink, log: StateLog) -> None:
         self.sink = sink
@@ -54,7 +59,7 @@ class MrcHooks:
             return
         node = cache.mamba_lru_list.head.mamba_next
         index = -1
-        if cache.enable_mamba_extra_buffer and cache.int8_ckpt_pool is None:
+        if cache.enable_mamba_extra_buffer and _int8_off(cache):
             index = int(cache.req_to_token_pool.get_mamba_ping_pong_keep_idx(req))
         self.sink.emit(
             InsertEvent,
@@ -73,7 +78,7 @@ class MrcHooks:
         if ret.mamba_exist or params.mamba_value is None or req is None:
             return
         node = cache.mamba_lru_list.head.mamba_next
-        donated = bool(cache.enable_mamba_extra_buffer) and cache.int8_ckpt_pool is None
+        donated = bool(cache.enable_mamba_extra_buffer) and _int8_off(cache)
         self.log.inserted(params.mamba_value, node.id, params.key, Rid(req.rid), donated, finishing)
 
     def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:

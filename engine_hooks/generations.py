@@ -11,13 +11,15 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 | generation | releases tested | tree | read by |
 |---|---|---|---|
 | unified-tree-core | 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
-| mamba-radix-cache | 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
+| mamba-radix-cache | 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
 for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `device_prefix_len`,
 `mamba_keep_idx`, `mamba_prev_track_seqlen`). 0.5.20 releases a request in one
 `cache_finished_req` (insert, row free, unlock): fallback rows before / after it for
-`claim_kv_row` / `on_release`. Not supported (README "sglang releases"): the UnifiedRadixCache
+`claim_kv_row` / `on_release`. 0.5.13 and 0.5.14 run the deferred copy-on-write in the mamba
+attention backend (the `cow.copy` row's fallback), and 0.5.13 names the strategy
+`mamba_scheduler_strategy` and keeps a RadixKey's tokens in `token_ids` (read where present). Not supported (README "sglang releases"): the UnifiedRadixCache
 releases before 0.5.20 and releases before 0.5.12 (no HookRegistry).
 """
 
@@ -109,7 +111,7 @@ UNIFIED_TREE_CORE = Generation(
 )
 MAMBA_RADIX_CACHE = Generation(
     name="mamba-radix-cache",
-    releases=("0.5.15",),
+    releases=("0.5.13", "0.5.14", "0.5.15"),
     hooks=hooks_mrc.HOOKS,
     required=tuple(
         h.target

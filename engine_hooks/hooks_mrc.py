@@ -16,6 +16,7 @@ from .hooks_0523 import MODEL_RUNNER, REQ, SCHEDULE_BATCH, SCHEDULER, Hook
 MRC = "mem_cache.mamba_radix_cache.MambaRadixCache"
 MAMBA_ALLOCATOR = "mem_cache.allocator.mamba.MambaSlotAllocator"
 MAMBA_POOL = "mem_cache.memory_pool.MambaPool"
+MAMBA_BACKEND = "layers.attention.hybrid_linear_attn_backend.MambaAttnBackendBase"
 
 _EVICTIONS = "eviction counts in stats; the EvictEvent's nodes, slots and tokens"
 
@@ -43,7 +44,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{SCHEDULE_BATCH}._mamba_radix_cache_v2_req_prepare_for_extend", "after", "pools.prefill_track", "observed", "TrackPlanEvent (prefill; the entry carries the slot id)", "prefill track plans (checks track-*)"),
     Hook(f"{SCHEDULE_BATCH}.prepare_for_decode", "after", "mrc.decode_track", "observed", "TrackPlanEvent (decode boundary: sglang's interval rule, the slot of mamba_next_track_idx)", "decode track plans (provenance of states a decode wrote)"),
     Hook(f"{REQ}.reset_for_retract", "after", "pools.retracted", "observed", "RequestEvent retract", "retract events"),
-    Hook(f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear", "around", "cow.copy", "around", "CowEvent: sources, destinations and cleared slots fingerprinted (T3)", "T3 (cow-copy, cow-ran)"),
+    Hook(f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear", "around", "cow.copy", "around", "CowEvent: sources, destinations and cleared slots fingerprinted (T3)", "T3 (cow-copy, cow-ran)",
+         fallbacks=(Hook(f"{MAMBA_BACKEND}._execute_deferred_mamba_cow_and_clear", "around", "cow.copy", "around", "0.5.13-0.5.14: the mamba attention backend runs the copies", "T3 (cow-copy, cow-ran)"),)),
     Hook(f"{MRC}.insert", "after", "mrc.state_inserted", "state", "T2: a state entered the tree: its slot, node and prefix tokens (the insert's key)", "T2 of cached states"),
     Hook(f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "before", "state.collecting_copies", "state", "count of the copy-on-write path (demo summary, `Stats.paths`)", "the copy-on-write path count"),
     Hook(f"{SCHEDULE_BATCH}.mix_with_running", "after", "state.mixed", "state", "count of mixed batches (`Stats.paths`)", "the mixed-batch count"),

@@ -324,7 +324,7 @@ def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, 
         schema_version=SCHEMA_VERSION,
         sglang_version=sglang.__version__,
         model_path=str(args.model_path),
-        strategy=str(args.mamba_radix_cache_strategy),
+        strategy=str(getattr(args, "mamba_radix_cache_strategy", None) or args.mamba_scheduler_strategy),  # the name before 0.5.14
         page_size=int(scheduler.page_size),
         overlap=bool(scheduler.enable_overlap),
         tree_core=type(tree_core).__name__ if tree_core is not None else type(scheduler.tree_cache).__name__,

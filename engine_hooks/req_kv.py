@@ -29,6 +29,13 @@ def prefix_len_of(req: Any) -> int:
     return len(indices) if indices is not None else 0
 
 
+def key_tokens(key: Any) -> Any:
+    """A RadixKey's raw token ids (its `raw_token_ids()` from 0.5.14; 0.5.13's key keeps them
+    uncapped in `token_ids`)."""
+    raw = getattr(key, "raw_token_ids", None)
+    return raw() if raw is not None else key.token_ids
+
+
 class FlatKv:
     """ReqKvInfo's names over a MambaRadixCache-generation `Req`: the fields it has are read
     through; `holds_kv`, `holds_mamba` and `mamba_last_track_idx` are derived as 0.5.23

@@ -27,7 +27,7 @@ from typing import Any
 from mcinspect.schema import BatchOrigin, NodeId, Rid, SlotId, Step
 
 from .reference import RID_PREFIX
-from .req_kv import kv_of, prefill_track_mask
+from .req_kv import key_tokens, kv_of, prefill_track_mask
 from .tensor_runs import IndexValue, ints_of_many
 
 PATHS = ("prefill checkpoint", "decode checkpoint", "chunk donation", "finish donation", "copy-on-write", "mixed batch")
@@ -131,7 +131,7 @@ class StateLog:
         a ping-pong slot (extra_buffer), else the working slot (no_buffer). Each generation's
         insert hook calls this (MambaRadixCache: events_mrc)."""
         self.paths["finish donation" if finished else "chunk donation"] += 1
-        self._inserts.append(_Insert(slot, node, array("i", key.raw_token_ids()), rid, donated))
+        self._inserts.append(_Insert(slot, node, array("i", key_tokens(key)), rid, donated))
 
     def collecting_copies(self, batch: Any, reqs: Any, /, *args: Any, **kwargs: Any) -> None:
         """Before ScheduleBatch._collect_deferred_mamba_cow_and_clear: prefix hits to copy."""

@@ -6,13 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 release=${1:?usage: $0 SGLANG_RELEASE (e.g. 0.5.22)}
-supported="0.5.15 0.5.20 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
+supported="0.5.13 0.5.14 0.5.15 0.5.20 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
 case " $supported " in
   *" $release "*) ;;
   *) echo "warning: mcinspect reads sglang $supported; on $release the engine runs with the hooks off and says why" >&2 ;;
 esac
 bash scripts/setup-venv.sh >&2
-base=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# .venv's site-packages, and those its own .pth lines add (a light .venv over another's stack)
+base=$(.venv/bin/python -c 'import sys, sysconfig; own = sysconfig.get_paths()["purelib"]; print("\n".join([own] + [p for p in sys.path if p.endswith("site-packages") and p != own]))')
 venv=.venv-sglang-$release
 pip_install() {
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \

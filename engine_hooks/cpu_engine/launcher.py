@@ -160,6 +160,14 @@ def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
             raise EngineStartError(f"port {port} on {host} is in use ({exc.strerror}); pick another with --port") from None
 
 
+def _strategy_argument() -> str:
+    """sglang's name for the mamba cache strategy: `mamba_radix_cache_strategy` from 0.5.14,
+    `mamba_scheduler_strategy` before (the same values)."""
+    from sglang.srt.server_args import ServerArgs
+
+    return "mamba_radix_cache_strategy" if hasattr(ServerArgs, "mamba_radix_cache_strategy") else "mamba_scheduler_strategy"
+
+
 def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, Any]:
     """sglang.Engine keyword arguments for `config`."""
     return dict(
@@ -173,7 +181,7 @@ def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, An
         max_running_requests=config.max_running_requests,
         chunked_prefill_size=config.chunked_prefill_size,
         mamba_track_interval=config.track_interval,
-        mamba_radix_cache_strategy=config.strategy,
+        **{_strategy_argument(): config.strategy},
         page_size=config.page_size,
         disable_overlap_schedule=not config.effective_overlap,
         disable_radix_cache=not config.radix_cache,

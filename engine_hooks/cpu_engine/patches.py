@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .patches_mrc import NOT_YET, REPLACEMENTS, WRAPPERS
+from .patches_mrc import DEFINITIONS, NOT_YET, REPLACEMENTS, WRAPPERS
 
 ENV_FLAG = "MCINSPECT_CPU_ENGINE"
 """Set to "1" in the embedded CPU engine's processes; nothing is patched otherwise."""
@@ -49,6 +49,9 @@ def _post_import_definitions() -> dict[str, dict[str, Any]]:
     definitions["sglang.srt.layers.attention.torch_native_backend"] = {
         "TorchNativeAttnBackend.get_cpu_graph_seq_len_fill_value": _IfAbsent(_padded_rows_seq_len)
     }
+    # Reason: in each patches_mrc entry (sglang 0.5.12-0.5.15: MambaRadixCache releases).
+    for module, attrs in DEFINITIONS.items():
+        definitions.setdefault(module, {}).update({name: _IfAbsent(value) for name, value in attrs.items()})
     return definitions
 
 
@@ -212,6 +215,10 @@ def _install_sgl_kernel_cpu_ops() -> None:
     package.mamba = mamba
     sys.modules["sgl_kernel"] = package
     sys.modules["sgl_kernel.mamba"] = mamba
+    # Reason: 0.5.12's scheduler imports the host-cache copies (HiCache) by name at import time.
+    kvcacheio = _MissingOpModule("sgl_kernel.kvcacheio", {})
+    package.kvcacheio = kvcacheio
+    sys.modules["sgl_kernel.kvcacheio"] = kvcacheio
     torch.ops.__dict__["sgl_kernel"] = _TorchOpsNamespace(SGL_KERNEL_TORCH_OPS)
 
 

@@ -15,7 +15,8 @@ from mcinspect_kernels.cpu_ops.state_tracking import track_mamba_states_if_neede
 
 def validate_extra_buffer_off_gpu(original: Callable[..., Any]) -> Callable[..., Any]:
     """Reason: these releases refuse extra_buffer in `ServerArgs._validate_mamba_extra_buffer`
-    with `assert is_cuda() or is_musa() or is_npu()` (later ones moved the test to
+    (0.5.13: in `_handle_mamba_radix_cache`, whose only platform test it is) with
+    `assert is_cuda() or is_musa() or is_npu()` (later ones moved the test to
     `_platform_supports_mamba_cache_extra_buffer`, patched in patches.py); the CPU engine runs
     its state tracking with torch ops. Every other assertion of the validator still runs: only
     the platform test answers True, for the call's duration."""
@@ -55,8 +56,18 @@ NOT_YET: dict[str, tuple[str, ...]] = {
 """Replacements of patches.py that these releases do not have the target of yet (Mamba2's
 all-layers copy, the unfused shared-expert gate): applied where present instead of failing."""
 
+DEFINITIONS: dict[str, dict[str, Any]] = {
+    # Reason: 0.5.12 imports the FLA chunk size only off the CPU (`if not is_cpu()`), yet its
+    # extra_buffer track indices read it on every device (64: fla.chunk_delta_h.CHUNK_SIZE).
+    "sglang.srt.layers.attention.hybrid_linear_attn_backend": {"FLA_CHUNK_SIZE": 64},
+}
+"""Module -> {attribute: value}, defined where the module lacks the attribute."""
+
 WRAPPERS: dict[str, dict[str, Callable[[Any], Any]]] = {
-    "sglang.srt.server_args": {"ServerArgs._validate_mamba_extra_buffer": validate_extra_buffer_off_gpu},
+    "sglang.srt.server_args": {
+        "ServerArgs._validate_mamba_extra_buffer": validate_extra_buffer_off_gpu,
+        "ServerArgs._handle_mamba_radix_cache": validate_extra_buffer_off_gpu,  # 0.5.13
+    },
 }
 """Module -> {Class.method: wrapper factory}, applied right after the module executes when the
 release has the method."""

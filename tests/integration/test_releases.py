@@ -21,6 +21,7 @@ import pytest
 from fault_runs import CASES, VERIFY_ENV, assert_fault_caught
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
+from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
 
 from engine_runs import free_port_pair, opt_in
 
@@ -136,22 +137,46 @@ def test_an_unsupported_release_runs_with_the_hooks_off_and_says_why(tmp_path: P
     assert len(logged) >= 1  # the engine's log says it once per scheduler process
 
 
-MRC_RELEASE = "0.5.15"
-"""The MambaRadixCache release the embedded engine runs on (generation mamba-radix-cache): its
+MRC_RELEASES = ("0.5.15", "0.5.14", "0.5.13")
+"""The MambaRadixCache releases the embedded engine runs on (generation mamba-radix-cache): their
 T2 runs with the transformers oracle (the engine oracle needs Req.kv, 0.5.22+)."""
+MRC_RELEASE = MRC_RELEASES[0]
+STAGED_COW_KEPT = ("0.5.13", "0.5.14")
+"""Releases whose scheduler keeps a request's staged copy-on-write source when admission rejects
+it (it stays queued, its source node unlocked, until it is admitted): check cow-source names it
+once in the demo. 0.5.15 clears it (scheduler.py, `_get_new_batch_prefill_raw`: "init_next_round_input()
+may stage deferred Mamba COW/clear metadata before add_one_req() rejects the request")."""
+MRC_FAULTS = [
+    # release, fault, strategy, page size, the check that catches it, --verify, steps it may take
+    ("0.5.15", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
+    ("0.5.15", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
+    ("0.5.15", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
+    ("0.5.15", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
+    # no write hooks on these releases (hooks_mrc): the fingerprints see the slot change later
+    ("0.5.15", "decode-write-to-padding", "extra_buffer_lazy", 16, "content-immutable", "off", 20),
+    ("0.5.15", "stray-track-write", "extra_buffer", 1, "content-immutable", "off", 60),
+    ("0.5.14", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
+    ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
+    ("0.5.13", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
+    ("0.5.13", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
+]
+"""Faults whose mechanism these releases have, on each release a few (the whole list on the newest)."""
 
 
-def _mrc_demo(tmp_path: Path, name: str, *args: str, verify: str = "transformers") -> tuple[dict, list[dict]]:
-    """The demo on MRC_RELEASE with a recording, and `check`'s violations of it."""
-    mcinspect = str(venv_of(MRC_RELEASE) / "bin" / "mcinspect")
+def _mrc_demo(
+    tmp_path: Path, name: str, *args: str, verify: str = "transformers", release: str = MRC_RELEASE, env: dict[str, str] | None = None
+) -> tuple[dict, list[dict]]:
+    """The demo on an MRC release with a recording, and `check`'s violations of it."""
+    mcinspect = str(venv_of(release) / "bin" / "mcinspect")
     recording = tmp_path / f"{name}.mcrec"
     demo = subprocess.run(
         [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording),
          "--verify", verify, *args],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})},
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-3000:]
     summary = json.loads(demo.stdout)
+    assert summary["engine"]["sglang_version"] == release
     assert summary["engine"]["hooks_generation"] == "mamba-radix-cache" and summary["stats"]["hook_errors"] == 0
     check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
     assert check.returncode in (0, 1), check.stderr[-3000:]
@@ -159,12 +184,55 @@ def _mrc_demo(tmp_path: Path, name: str, *args: str, verify: str = "transformers
 
 
 @opt_in(MATRIX_ENV)
-def test_a_mamba_radix_cache_release_reads_clean(tmp_path: Path) -> None:
-    summary, found = _mrc_demo(tmp_path, "clean")
+@pytest.mark.parametrize("mrc_release", MRC_RELEASES)
+def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Path) -> None:
+    summary, found = _mrc_demo(tmp_path, "clean", release=mrc_release)
     stats = summary["stats"]
-    assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0
+    assert summary["engine"]["hooks_skipped"] == []  # every hook, or its fallback (T3 on 0.5.13-0.5.14)
+    assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0 and stats["paths"]["copy-on-write"] > 0
     assert stats["verify"]["verified"] > 0 and stats["verify"]["mismatches"] == 0
-    assert found == []
+    if mrc_release in STAGED_COW_KEPT:  # sglang's own, outputs unchanged: found, and only it
+        assert found and {v["check"] for v in found} == {"cow-source"}, found
+    else:
+        assert found == []
+
+
+@opt_in(MATRIX_ENV)
+@pytest.mark.parametrize("mrc_release, fault, strategy, page_size, check, verify, latency", MRC_FAULTS)
+def test_a_fault_is_caught_on_a_mamba_radix_cache_release(
+    mrc_release: str, fault: str, strategy: str, page_size: int, check: str, verify: str, latency: int, tmp_path: Path
+) -> None:
+    log = tmp_path / "faults.jsonl"
+    args = ("--fault", fault, "--strategy", strategy, "--page-size", str(page_size))
+    summary, found = _mrc_demo(tmp_path, fault, *args, verify=verify, release=mrc_release, env={LOG_ENV: str(log)})
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    assert actions and all(a["step"] is not None for a in actions)
+    first = min(a["step"] for a in actions)
+    caught = sorted(v["step"] for v in found if v["check"] == check)
+    assert caught, f"{fault} on {mrc_release}: expected {check}, got {sorted({v['check'] for v in found})}"
+    verify = summary["stats"]["verify"]
+    print(
+        f"{fault} on {mrc_release}: first action at step {first}, {check} at +{caught[0] - first} ({len(caught)} times); T2 {verify['mismatches']} of {verify['verified']} differ"
+    )
+    assert 0 <= caught[0] - first <= latency, (first, caught[:3])
+    early = [v for v in found if v["step"] < first and not (v["check"] == "cow-source" and mrc_release in STAGED_COW_KEPT)]
+    assert not early, early[:3]  # clean until the fault acted (but for the release's own bug)
+
+
+@opt_in(MATRIX_ENV)
+def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_path: Path) -> None:
+    """0.5.15's mix_with_running -> merge_batch drops the prefill rows' track fields (#24613, as
+    on 0.5.21-0.5.22 above): the mixed forward never writes the ping-pong slots it donates. No
+    fault injected; without write hooks here, the fingerprints and T2 see it."""
+    summary, found = _mrc_demo(tmp_path, "mixed", "--mixed-chunk", "--page-size", "1")
+    stats = summary["stats"]
+    assert stats["paths"]["mixed batch"] > 0
+    assert stats["verify"]["mismatches"] > 0  # the cached states are wrong
+    firsts = {c: min(v["step"] for v in found if v["check"] == c) for c in {v["check"] for v in found}}
+    print(
+        f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches, T2 {stats['verify']['mismatches']} of {stats['verify']['verified']} differ; first steps {firsts}"
+    )
+    assert {"content-immutable", "T2-recompute"} <= {v["check"] for v in found}, found[:3]
 
 
 @opt_in(MATRIX_ENV)

@@ -121,6 +121,14 @@ def test_a_step_nobody_observes_copies_and_emits_nothing(hooked) -> None:
     assert not cache.temporal[:, 12].any()
 
 
+def test_a_pool_without_translate_mamba_indices_is_read_by_its_own_slot_ids(hooked) -> None:
+    """0.5.13-0.5.14's HybridReqToTokenPool has no virtual slot ids (no translate_mamba_indices)."""
+    runner, _ = hooked
+    older_pool = SimpleNamespace(mamba_pool=runner.req_to_token_pool.mamba_pool)
+    result = CowHooks(EventSink())._fingerprints(older_pool, torch.tensor([3]), torch.tensor([10]), None)
+    assert result.fingerprint.tolist() == [slot_fingerprint(runner, 3), slot_fingerprint(runner, 10)]
+
+
 def _state() -> CacheState:
     """The checks' view needs a state; cow-copy reads only the step's events."""
     return CacheState(step=Step(1), nodes={}, slots={}, requests={}, kv=KvState(page_size=1, size=0, free_runs=[]))

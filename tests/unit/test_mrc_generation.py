@@ -19,10 +19,10 @@ import torch  # noqa: E402
 from mcinspect.checks import StepView, check_step  # noqa: E402
 from mcinspect.schema import NodeId  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
-from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE  # noqa: E402
+from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE, resolve, select  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_engine_hooks.hooks_mrc import HOOKS  # noqa: E402
-from mcinspect_engine_hooks.req_kv import FlatKv, kv_of, node_id_of, prefix_len_of  # noqa: E402
+from mcinspect_engine_hooks.req_kv import FlatKv, key_tokens, kv_of, node_id_of, prefix_len_of  # noqa: E402
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import factory  # noqa: E402
@@ -59,6 +59,20 @@ def test_a_flat_request_reads_as_req_kv(monkeypatch: pytest.MonkeyPatch) -> None
     assert prefix_len_of(_flat_req()) == 32
     with_kv = SimpleNamespace(kv="info", prefix_len=9)
     assert kv_of(with_kv) == "info" and prefix_len_of(with_kv) == 9
+
+
+def test_a_key_reads_its_tokens_with_or_without_raw_token_ids() -> None:
+    capped = SimpleNamespace(token_ids=array("q", [1, 2, 3]), raw_token_ids=lambda: array("q", [1, 2]))  # 0.5.14 on
+    assert list(key_tokens(capped)) == [1, 2]
+    assert list(key_tokens(SimpleNamespace(token_ids=array("q", [1, 2, 3])))) == [1, 2, 3]  # 0.5.13's RadixKey
+
+
+def test_every_row_or_its_fallback_exists_in_the_installed_mamba_radix_cache_release() -> None:
+    """In a release venv of 0.5.13-0.5.15: nothing skipped (0.5.13-0.5.14 run the copy-on-write in
+    the mamba attention backend: the cow.copy row's fallback)."""
+    pytest.importorskip("sglang.srt.mem_cache.mamba_radix_cache", reason="MambaRadixCache: sglang <= 0.5.15")
+    selection = resolve(MAMBA_RADIX_CACHE)
+    assert selection.skipped == () and select() == selection, selection.skipped_line()
 
 
 def _lru_chain(*, swapped: bool) -> list[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...req_kv import kv_of
 from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, REQ_TO_TOKEN_POOL, Fault, Hook, log_faulty_action
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def leak_working_slot(original: Callable[..., Any], pool: Any, req: Any, mamba_p
     """
     if len(_leaked) >= LEAK_LIMIT:
         return original(pool, req, mamba_ping_pong_track_buffer_to_keep)
-    slot = int(req.kv.mamba_pool_idx)
+    slot = int(kv_of(req).mamba_pool_idx)
     allocator = pool.mamba_allocator
     pool.mamba_allocator = _FreeAllBut(allocator, slot)
     try:
@@ -77,7 +78,7 @@ def keep_stale_track_mirror(original: Callable[..., Any], pool: Any, req: Any, n
     slot the tree now owns.
     """
     mirror = pool.req_index_to_mamba_ping_pong_track_buffer_mapping
-    row = req.kv.req_pool_idx
+    row = kv_of(req).req_pool_idx
     stale = mirror[row].clone()
     donated = original(pool, req, new_slot)
     mirror[row] = stale
