@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, REQ_TO_TOKEN_POOL, Fault, Hook, log_faulty_action
+from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, MAMBA_COMPONENT_0519, REQ_TO_TOKEN_POOL, Fault, Hook, log_faulty_action
 
 if TYPE_CHECKING:
     import torch
@@ -103,11 +103,14 @@ def stamp_ghost_root(
     such finish replaces the ghost, so it soon holds a recycled slot's stale state.
     """
     value = None if insert_params is None else insert_params.mamba_value
-    if not (is_finished and insert_result is None and value is not None and component.cache.enable_mamba_extra_buffer):
+    root = component.tree_core.root_node
+    # Nothing cached: 0.5.21+ skip the insert (no result); 0.5.19-0.5.20 insert the empty key,
+    # which returns the root (a non-empty key never ends there).
+    cached_nothing = insert_result is None or insert_result.last_device_node == root.id
+    if not (is_finished and cached_nothing and value is not None and component.cache.enable_mamba_extra_buffer):
         return original(component, req, is_finished, insert_result=insert_result, insert_params=insert_params)
     from sglang.srt.mem_cache.base_prefix_cache import InsertResult
 
-    root = component.tree_core.root_node
     data = root.component_data[component.component_type]
     if data.value is None:
         component.tree_core.set_component_device_value(root.id, component.component_type, value)
@@ -177,7 +180,14 @@ GHOST_NODE = Fault(
     ),
     expected_checks=("content-immutable", "cow-source", "tree-shape"),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "around", stamp_ghost_root),),
+    hooks=(
+        Hook(
+            f"{MAMBA_COMPONENT}.cleanup_after_caching_req",
+            "around",
+            stamp_ghost_root,
+            fallback=Hook(f"{MAMBA_COMPONENT_0519}.cleanup_after_caching_req", "around", stamp_ghost_root),
+        ),
+    ),  # fmt: skip
     trigger="the first finished request: its tracked state was already donated after prefill, so nothing is left to cache at finish",
 )
 
