@@ -103,14 +103,14 @@ def stamp_ghost_root(
     such finish replaces the ghost, so it soon holds a recycled slot's stale state.
     """
     value = None if insert_params is None else insert_params.mamba_value
-    root = component.tree_core.root_node
-    # Nothing cached: 0.5.21+ skip the insert (no result); 0.5.19-0.5.20 insert the empty key,
-    # which returns the root (a non-empty key never ends there).
-    cached_nothing = insert_result is None or insert_result.last_device_node == root.id
+    # Nothing cached: 0.5.21+ skip the insert (no result); 0.5.19-0.5.20 insert the empty key
+    # (a result naming the root, with mamba_exist set).
+    cached_nothing = insert_result is None or len(insert_params.key) == 0
     if not (is_finished and cached_nothing and value is not None and component.cache.enable_mamba_extra_buffer):
         return original(component, req, is_finished, insert_result=insert_result, insert_params=insert_params)
     from sglang.srt.mem_cache.base_prefix_cache import InsertResult
 
+    root = component.tree_core.root_node
     data = root.component_data[component.component_type]
     if data.value is None:
         component.tree_core.set_component_device_value(root.id, component.component_type, value)
