@@ -10,17 +10,22 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 
 | generation | releases tested | tree | read by |
 |---|---|---|---|
-| unified-tree-core | 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
+| unified-tree-core | 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
 | mamba-radix-cache | 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
 for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `device_prefix_len`,
 `mamba_keep_idx`, `mamba_prev_track_seqlen`). 0.5.20 releases a request in one
 `cache_finished_req` (insert, row free, unlock): fallback rows before / after it for
-`claim_kv_row` / `on_release`. 0.5.13 and 0.5.14 run the deferred copy-on-write in the mamba
-attention backend (the `cow.copy` row's fallback), and 0.5.13 names the strategy
-`mamba_scheduler_strategy` and keeps a RadixKey's tokens in `token_ids` (read where present). Not supported (README "sglang releases"): the UnifiedRadixCache
-releases before 0.5.20 and releases before 0.5.12 (no HookRegistry).
+`claim_kv_row` / `on_release`. 0.5.19 as 0.5.20, its components in the modules before the rename
+(`components/full_component.py`, `mamba_component.py`: fallback rows), no `track_ssm_recompute_dst`
+(read where present). 0.5.13 and 0.5.14 run the deferred copy-on-write in the mamba attention
+backend (the `cow.copy` row's fallback), and 0.5.13 names the strategy `mamba_scheduler_strategy`
+and keeps a RadixKey's tokens in `token_ids` (read where present). Not supported (README "sglang
+releases"): the UnifiedRadixCache releases before 0.5.19 (0.5.18's ReqKvInfo has no `req_pool_idx`:
+`features`; its MambaRadixCache methods fit mamba-radix-cache, whose adapter refuses the scheduler's
+UnifiedRadixCache), 0.5.12 (its pool and track entries differ: README) and releases before 0.5.12
+(no HookRegistry).
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ class Generation:
     """Its tree adapter module: `refusal(tree_cache)` and `tree_view(tree_cache)`."""
     pools_reader: str
     """Its pools-and-requests module (the functions and readers of pools_0523)."""
+    features: tuple[str, ...] = ()
+    """What its readers need of sglang besides the hooks (targets relative to `sglang.srt.`)."""
 
     def refusal(self, tree_cache: Any) -> str:
         """Why the adapter cannot read `tree_cache` ("" when it can)."""
@@ -98,7 +105,7 @@ class Generation:
 
 UNIFIED_TREE_CORE = Generation(
     name="unified-tree-core",
-    releases=("0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+    releases=("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
     hooks=HOOKS,
     required=tuple(
         h.target
@@ -108,6 +115,8 @@ UNIFIED_TREE_CORE = Generation(
     ),
     adapter="adapter_0523",
     pools_reader="pools_0523",
+    # the request's KV record holds its req_to_token row (0.5.19+; 0.5.18's Req keeps it itself)
+    features=("managers.schedule_batch.ReqKvInfo.req_pool_idx",),
 )
 MAMBA_RADIX_CACHE = Generation(
     name="mamba-radix-cache",
@@ -192,6 +201,7 @@ def select() -> Selection | Unsupported:
     tried = []
     for generation in GENERATIONS:
         missing = [t for t in generation.required if not _resolves_or_falls_back(generation, t)]
+        missing += [f for f in generation.features if not resolves(f)]
         if missing:
             tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
             continue

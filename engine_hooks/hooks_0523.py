@@ -1,4 +1,4 @@
-"""The hook table of the UnifiedRadixCache generation (sglang 0.5.23): every sglang method
+"""The hook table of the UnifiedRadixCache generation (sglang 0.5.23; fallback rows for 0.5.19-0.5.22): every sglang method
 mcinspect hooks, when, which body (by name: events.py, state_log.py, write_hooks.py,
 cow_hooks.py, plugin.py bind them) and what it does. The one place these targets live: the
 plugin registers from it, `mcinspect hooks` prints it, and the README's table is checked
@@ -20,6 +20,9 @@ SCHEDULER = "managers.scheduler.Scheduler"
 TREE_CORE = "mem_cache.unified_cache.unified_tree_core.UnifiedTreeCore"
 FULL_COMPONENT = "mem_cache.unified_cache.components.full.FullComponent"
 MAMBA_COMPONENT = "mem_cache.unified_cache.components.mamba.MambaComponent"
+# 0.5.19: the same classes, in the modules the components package had before its rename
+FULL_COMPONENT_0519 = "mem_cache.unified_cache.components.full_component.FullComponent"
+MAMBA_COMPONENT_0519 = "mem_cache.unified_cache.components.mamba_component.MambaComponent"
 CACHE = "mem_cache.unified_radix_cache.UnifiedRadixCache"
 MAMBA_ALLOCATOR = "mem_cache.allocator.mamba.MambaSlotAllocator"
 SCHEDULE_BATCH = "managers.schedule_batch.ScheduleBatch"
@@ -60,11 +63,14 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{TREE_CORE}._match_post_processor", "after", "tree.matched", "every", "a match stamped last_access along a path: dirty path", _TREE_LOST),
     Hook(f"{TREE_CORE}._evict_component_and_detach_lru", "after", "tree.component_evicted", "every", "a component value freed: dirty, tombstone, eviction record", _TREE_LOST + "; tombstones"),
     Hook(f"{TREE_CORE}.set_component_device_value", "after", "tree.value_set", "every", "a state given to an existing node (also HiCache load-back): dirty", _TREE_LOST),
-    Hook(f"{FULL_COMPONENT}.acquire_component_lock", "after", "tree.path_lock", "every", "FULL lock refs along a path: dirty path", _TREE_LOST),
-    Hook(f"{FULL_COMPONENT}.release_component_lock", "after", "tree.path_lock", "every", "FULL lock refs along a path: dirty path", _TREE_LOST),
+    Hook(f"{FULL_COMPONENT}.acquire_component_lock", "after", "tree.path_lock", "every", "FULL lock refs along a path: dirty path", _TREE_LOST,
+         fallbacks=(Hook(f"{FULL_COMPONENT_0519}.acquire_component_lock", "after", "tree.path_lock", "every", "0.5.19: the same, in the module before the rename", _TREE_LOST),)),
+    Hook(f"{FULL_COMPONENT}.release_component_lock", "after", "tree.path_lock", "every", "FULL lock refs along a path: dirty path", _TREE_LOST,
+         fallbacks=(Hook(f"{FULL_COMPONENT_0519}.release_component_lock", "after", "tree.path_lock", "every", "0.5.19: the same, in the module before the rename", _TREE_LOST),)),
     Hook(f"{CACHE}._apply_eviction_result", "before", "cache.eviction_result", "every", "eviction counts (stats); the EvictEvent's slots and tokens", "eviction counts in stats",
          fallbacks=(Hook(f"{CACHE}._free_values", "before", "cache.values_freed", "every", "0.5.22: the same, from the eviction result's device frees", "eviction counts in stats"),)),
-    Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", "cache.inserting", "observed", "InsertEvent: slot, node, seqlen, donated ping-pong index", "InsertEvents (checks insert-*)"),
+    Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", "cache.inserting", "observed", "InsertEvent: slot, node, seqlen, donated ping-pong index", "InsertEvents (checks insert-*)",
+         fallbacks=(Hook(f"{MAMBA_COMPONENT_0519}.cleanup_after_caching_req", "before", "cache.inserting", "observed", "0.5.19: the same, in the module before the rename", "InsertEvents (checks insert-*)"),)),
     Hook(f"{CACHE}.match_prefix", "after", "cache.matched", "observed", "MatchEvent; remembers the request for lock attribution", "MatchEvents"),
     Hook(f"{CACHE}.lock", "after", "cache.locked", "observed", "LockEvent", "LockEvents",
          fallbacks=(Hook(f"{CACHE}.inc_lock_ref", "after", "cache.locked", "observed", "0.5.21: the same, at the method every tree lock goes through (temporary ones too)", "LockEvents"),)),
@@ -87,7 +93,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{SCHEDULE_BATCH}.prepare_for_decode", "after", "pools.decode_track", "observed", "TrackPlanEvent (decode boundary)", "decode track plans"),
     Hook(f"{REQ}.reset_for_retract", "after", "pools.retracted", "observed", "RequestEvent retract", "retract events"),
     Hook(f"{MODEL_RUNNER}._maybe_execute_deferred_mamba_cow_and_clear", "around", "cow.copy", "around", "CowEvent: sources, destinations and cleared slots fingerprinted (T3)", "T3 (cow-copy, cow-ran)"),
-    Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", "state.inserting", "state", "T2: a state entered the tree: its slot, node and prefix tokens (the insert's key)", "T2 of cached states"),
+    Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", "state.inserting", "state", "T2: a state entered the tree: its slot, node and prefix tokens (the insert's key)", "T2 of cached states",
+         fallbacks=(Hook(f"{MAMBA_COMPONENT_0519}.cleanup_after_caching_req", "before", "state.inserting", "state", "0.5.19: the same, in the module before the rename", "T2 of cached states"),)),
     Hook(f"{SCHEDULE_BATCH}.prepare_for_extend", "after", "state.extend_planned", "state", "T2: the forward that will write each tracked state (request, batch size, position, extend lengths)", "T2 origins (prefill)"),
     Hook(f"{SCHEDULE_BATCH}.prepare_for_decode", "after", "state.decode_planned", "state", "T2: the forward that will write each tracked state (decode)", "T2 origins (decode)"),
     Hook(f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "before", "state.collecting_copies", "state", "count of the copy-on-write path (demo summary, `Stats.paths`)", "the copy-on-write path count"),

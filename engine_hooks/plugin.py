@@ -48,7 +48,7 @@ def register() -> None:
     except Exception as exc:  # noqa: BLE001 - feature detection imports sglang modules
         selection = Unsupported(f"feature detection failed ({exc}); the hooks stay off and the engine runs untouched")
     if isinstance(selection, Unsupported):
-        logger.warning("mcinspect: %s", selection.reason)
+        logger.error("mcinspect: %s", selection.reason)  # at the demo's engine log level too
         HookRegistry.register(f"{SCHEDULER}.__init__", _start_unsupported(config, selection.reason), HookType.AFTER)
         return
     if selection.skipped:
@@ -90,7 +90,7 @@ def _start(config: HooksConfig, sink: Any, state_log: Any, selection: Any) -> An
             from .unsupported import UnsupportedInspector
 
             sink.observed = False
-            logger.warning("mcinspect: %s; the engine runs untouched", refusal)
+            logger.error("mcinspect: %s; the engine runs untouched", refusal)  # an unsupported release: error level
             inspector = UnsupportedInspector(scheduler, config, refusal)
             return
         inspector = Inspector(scheduler, config, errors, sink, state_log, selection)

@@ -227,11 +227,21 @@ class _FreeLists:
         before = self.kv.get("free_pages")
         if before is None:
             return
-        now_free = self.allocator.get_all_free_pages()
+        now_free = _all_free_pages(self.allocator, self.kv)
         was_free = torch.cat([before, *_tensors(self.kv.get("release_pages")), *_tensors(self.kv.get("staged_pages"))])
         if _same_set(now_free, was_free):
             for name, value in self.kv.items():
                 setattr(self.allocator, name, _copy(value))
+
+
+def _all_free_pages(allocator: Any, saved: dict[str, Any]) -> torch.Tensor:
+    """The allocator's free pages now: its own count where it has one (0.5.20+), else the free
+    lists it had when saved, read again (0.5.19 has no get_all_free_pages)."""
+    if hasattr(allocator, "get_all_free_pages"):
+        return allocator.get_all_free_pages()
+    return torch.cat(
+        [t for name in ("free_pages", "release_pages", "staged_pages") if name in saved for t in _tensors(getattr(allocator, name))]
+    )
 
 
 def _copy(value: Any) -> Any:

@@ -90,11 +90,9 @@ class WriteHooks:
         rows = self._batch_rows(forward_batch)
         if rows is None:
             return
-        dst = [
-            t
-            for t in (forward_metadata.track_ssm_h_dst, forward_metadata.track_ssm_final_dst, forward_metadata.track_ssm_recompute_dst)
-            if t is not None and t.numel()
-        ]
+        # 0.5.19 has no off-grid recompute (no track_ssm_recompute_dst)
+        named = ("track_ssm_h_dst", "track_ssm_final_dst", "track_ssm_recompute_dst")
+        dst = [t for t in (getattr(forward_metadata, name, None) for name in named) if t is not None and t.numel()]
         listed = getattr(forward_batch, "mamba_prefill_track_mask_cpu", None)
         # 0.5.20: the device mask alone, copied now (a later batch overwrites its storage)
         mask = list(listed) if listed is not None else DeferredValues([forward_batch.mamba_track_mask.clone()], cast=bool)

@@ -5,8 +5,8 @@ unsupported one runs with the hooks off and says why in one line, in the engine'
 `mcinspect info` and as the demo's error.
 
 CI runs 0.5.22's own mixed-chunk bug caught (CI's time budget); MCINSPECT_RELEASE_MATRIX=1
-adds its clean demo, 0.5.21 and 0.5.20 (the same two), the whole fault library per release and the
-unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
+adds its clean demo, 0.5.21, 0.5.20 and 0.5.19 (the same two), the whole fault library per release
+(less the faults a release has for real), 0.5.19's own #37836 caught, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from engine_runs import free_port_pair, opt_in
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASES = ("0.5.22", "0.5.21", "0.5.20")
+RELEASES = ("0.5.22", "0.5.21", "0.5.20", "0.5.19")
 """The supported releases besides the main venv's 0.5.23 (engine_hooks/generations.py)."""
 IN_CI = ("0.5.22",)
 """The release CI runs, for its mixed-chunk bug caught on the unpatched engine (CI's time
 budget); MCINSPECT_RELEASE_MATRIX=1 runs every test on every release."""
-UNSUPPORTED = "0.5.19"
-"""The newest release the adapters do not read (its components live in full_component.py /
-mamba_component.py: no FullComponent / MambaComponent where the table looks)."""
+UNSUPPORTED = "0.5.18"
+"""The newest release the adapters do not read (its ReqKvInfo has no req_pool_idx; its
+MambaRadixCache methods select mamba-radix-cache, whose adapter refuses the UnifiedRadixCache)."""
 MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
 
 
@@ -90,6 +90,8 @@ def test_the_demo_reads_the_release_clean(release: tuple[str, str], tmp_path: Pa
 def test_a_fault_is_caught_on_the_release(
     release: tuple[str, str], fault: str, model: str, strategy: str, page_size: int, tmp_path: Path
 ) -> None:
+    if real := FAULTS[fault].real_in(release[0]):
+        pytest.skip(real)
     assert_fault_caught(tmp_path, fault, model, strategy, page_size, mcinspect=release[1])
 
 
@@ -117,6 +119,33 @@ def test_the_real_mixed_chunk_bug_of_the_release_is_caught_on_the_unpatched_engi
     assert {"write-ran", "T2-recompute"} <= checks, checks
     first_unwritten = min(v["step"] for v in found if v["check"] == "write-ran")
     assert min(v["step"] for v in found) == first_unwritten  # the metadata check sees it first, at the step
+
+
+REAL_37836 = "0.5.19"
+"""The supported release with #37836 for real (fixed in 0.5.20): its Mamba2 prefill tracking reads
+the chunk states per request from Mamba2's one flat grid."""
+
+
+@opt_in(MATRIX_ENV)
+def test_the_real_37836_of_the_release_is_caught_on_the_unpatched_engine(tmp_path: Path) -> None:
+    """No fault injected: 0.5.19's own Mamba2 track plan caches states of the wrong chunk boundary,
+    and T2 (the recompute of a cached state, and the working states it samples) says so."""
+    mcinspect = str(venv_of(REAL_37836) / "bin" / "mcinspect")
+    recording = tmp_path / "nemotron.mcrec"
+    demo = subprocess.run(
+        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording),
+         "--model", "nemotron-h"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, **VERIFY_ENV},
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    summary = json.loads(demo.stdout)
+    assert summary["engine"]["sglang_version"] == REAL_37836 and summary["stats"]["hook_errors"] == 0
+    assert summary["stats"]["verify"]["mismatches"] > 0
+    check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 1, check.stderr[-3000:]
+    checks = {json.loads(line)["check"] for line in check.stdout.splitlines()}
+    assert "T2-recompute" in checks, checks
+    assert checks <= {"T2-recompute", "T2-working-state"}, checks  # the states are wrong, the bookkeeping right
 
 
 @opt_in(MATRIX_ENV)

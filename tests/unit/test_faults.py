@@ -14,6 +14,7 @@ from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
 
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import pkgutil  # noqa: E402
@@ -129,6 +130,37 @@ def test_env_var_registers_hooks_in_a_fresh_engine_process(fault: str | None) ->
     done = subprocess.run([sys.executable, "-c", REGISTERED], env=environ, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == str(sorted(FAULTS[fault].targets) if fault else [])
+
+
+CHOSEN_AT_APPLY = textwrap.dedent(
+    """
+    from mcinspect_engine_hooks.cpu_engine import patches
+    patches.install()
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    before = sorted(HookRegistry._hooks)
+    HookRegistry.apply_hooks()  # what load_plugins runs once sglang has imported
+    print(before, sorted(HookRegistry._hooks), sorted(HookRegistry._patched))
+    """
+)
+
+
+def test_a_hook_with_a_fallback_is_chosen_when_the_hooks_are_applied() -> None:
+    """depth-mismatch's target exists only in 0.5.21+: which one this sglang has is probed when
+    HookRegistry applies the hooks (probing while the registry imports is a circular import)."""
+    environ = os.environ | {"MCINSPECT_CPU_ENGINE": "1", faults.ENV_VAR: "depth-mismatch"}
+    done = subprocess.run([sys.executable, "-c", CHOSEN_AT_APPLY], env=environ, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    target = FAULTS["depth-mismatch"].hooks[0].target
+    assert done.stdout.strip() == f"[] {[target]} {[target]}"
+
+
+def test_a_missing_target_falls_back_to_the_older_release_one() -> None:
+    hook = FAULTS["depth-mismatch"].hooks[0]
+    assert hook.chosen() is hook  # 0.5.23 has floor_cache_len
+    gone = dataclasses.replace(hook, target="sglang.srt.mem_cache.no_such_module.MambaComponent.floor_cache_len")
+    assert gone.chosen() is hook.fallback  # 0.5.20: after prepare_for_caching_req
+    older = dataclasses.replace(gone, fallback=dataclasses.replace(hook.fallback, target=gone.target))
+    assert older.chosen() is hook.fallback.fallback  # 0.5.19: the same in mamba_component
 
 
 # ---------------------------------------------------------------- applying a fault in-process

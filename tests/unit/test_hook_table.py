@@ -87,4 +87,12 @@ def test_a_release_that_releases_requests_elsewhere_is_refused_naming_what_it_la
     selection = select()
     assert not isinstance(selection, Selection)
     assert "claim_kv_row" in selection.reason and "on_release" in selection.reason
-    assert "it reads 0.5.20, 0.5.21, 0.5.22, 0.5.23" in selection.reason
+    assert "it reads 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23" in selection.reason
+
+
+def test_a_release_whose_requests_keep_their_own_row_is_refused_naming_it(monkeypatch) -> None:
+    """0.5.18's shape: every hook (or fallback) exists, but Req.kv has no req_pool_idx."""
+    _as_release(monkeypatch, ("req_pool_idx",), ())
+    selection = select()
+    assert not isinstance(selection, Selection)
+    assert "unified-tree-core (lacks managers.schedule_batch.ReqKvInfo.req_pool_idx)" in selection.reason

@@ -6,7 +6,9 @@ MCINSPECT_FAULT names it: `install_fault_from_env()` (called by the CPU engine's
 `patches.install()`, in every embedded-engine process at interpreter start) registers its
 hooks with sglang's HookRegistry as soon as sglang imports the registry, before
 `load_plugins()` applies them. Hooks are applied in every engine process; the patched
-methods run only in the scheduler processes.
+methods run only in the scheduler processes. A hook whose target an older release lacks names
+that release's method as its `fallback`, chosen by feature detection when the hooks are applied
+(`base.Hook.chosen`); `Fault.real_on` names the releases that have the bug for real.
 """
 
 from __future__ import annotations

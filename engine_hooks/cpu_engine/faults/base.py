@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,9 +19,19 @@ GDN_BACKEND = SRT + "layers.attention.linear.gdn_backend.GDNAttnBackend"
 HYBRID_BACKEND_MODULE = SRT + "layers.attention.hybrid_linear_attn_backend"
 MAMBA2_BACKEND = HYBRID_BACKEND_MODULE + ".Mamba2AttnBackend"
 MAMBA_COMPONENT = SRT + "mem_cache.unified_cache.components.mamba.MambaComponent"
+MAMBA_COMPONENT_0519 = SRT + "mem_cache.unified_cache.components.mamba_component.MambaComponent"
+"""0.5.19: the same class in its module before the components package's rename (a fallback)."""
 REQ_TO_TOKEN_POOL = SRT + "mem_cache.memory_pool.HybridReqToTokenPool"
 TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_track_plan"
 MAMBA2_METADATA = SRT + "layers.attention.mamba.mamba2_metadata.Mamba2Metadata"
+
+REAL_37836 = (
+    "0.5.19",
+    "sglang 0.5.19 has #37836 for real (its Mamba2 track plan indexes the chunk states per request): "
+    "T2 fires on the unpatched nemotron-h engine, so a fault caught by T2 proves nothing there "
+    "(test_releases shows the real bug caught)",
+)
+"""Where the unpatched engine already caches wrong Mamba2 states (#37836, fixed in 0.5.20)."""
 
 RECOMPUTE_CHECK = "T2-recompute"
 """The check of invariant T2 (a cached state equals its prefix recomputed alone): the only one
@@ -47,6 +58,25 @@ class Hook:
     target: str
     kind: HookKind
     fn: Callable[..., Any]
+    fallback: Hook | None = None
+    """Stands in where this sglang lacks `target` (an older release's method or module, chosen
+    by feature detection when the hooks are applied: `chosen`)."""
+
+    def chosen(self) -> Hook:
+        """This hook, or the first of its fallbacks whose target exists in the installed sglang."""
+        if self.fallback is None or _exists(self.target):
+            return self
+        return self.fallback.chosen()
+
+
+def _exists(target: str) -> bool:
+    """Whether sglang has `target` (dotted: module, then attributes). Only once sglang has finished
+    importing: `Fault.install` asks when HookRegistry applies the hooks."""
+    owner, attr = target.rsplit(".", 1)
+    try:
+        return hasattr(pkgutil.resolve_name(owner), attr)
+    except (ImportError, AttributeError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -73,6 +103,14 @@ class Fault:
     families: tuple[str, ...] = ALL_FAMILIES
     requires: tuple[str, ...] = ()
     """Engine features the mechanism needs ("mixed-chunk": --enable-mixed-chunk)."""
+    real_on: tuple[tuple[str, str], ...] = ()
+    """(sglang release, why) where the unpatched engine has this bug for real: the checks fire
+    without the fault, so running it there proves nothing (tests/integration/test_releases.py
+    shows the real bug caught instead)."""
+
+    def real_in(self, release: str) -> str:
+        """Why the fault proves nothing on `release` ("" where it does)."""
+        return next((why for where, why in self.real_on if where == release), "")
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -91,8 +129,25 @@ class Fault:
         """
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-        for hook in self.hooks:
-            HookRegistry.register(hook.target, hook.fn, HookType(hook.kind))
+        def register(hooks: tuple[Hook, ...]) -> None:
+            for hook in hooks:
+                HookRegistry.register(hook.target, hook.fn, HookType(hook.kind))
+
+        register(tuple(hook for hook in self.hooks if hook.fallback is None))
+        probed = tuple(hook for hook in self.hooks if hook.fallback is not None)
+        if not probed:
+            return
+        # Which target this release has can be told only once sglang imports completely: here the
+        # registry itself is still being imported (a probe now is a circular import). The choice
+        # is made when HookRegistry applies the hooks (load_plugins), once per process.
+        apply_hooks = HookRegistry.__dict__["apply_hooks"]
+
+        def choose_then_apply() -> None:
+            HookRegistry.apply_hooks = apply_hooks
+            register(tuple(hook.chosen() for hook in probed))
+            HookRegistry.apply_hooks()
+
+        HookRegistry.apply_hooks = staticmethod(choose_then_apply)
 
 
 def log_faulty_action(fault: str, *, slot: int | None = None, node: int | None = None, rid: str | None = None) -> None:

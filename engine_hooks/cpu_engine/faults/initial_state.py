@@ -23,6 +23,8 @@ from .base import (
     GDN_BACKEND,
     MAMBA2_METADATA,
     MAMBA_COMPONENT,
+    MAMBA_COMPONENT_0519,
+    REAL_37836,
     RECOMPUTE_CHECK,
     Fault,
     Hook,
@@ -115,11 +117,17 @@ ZERO_INITIAL_STATE = Fault(
     ),
     expected_checks=(RECOMPUTE_CHECK,),
     strategies=EXTRA_BUFFER_STRATEGIES,
+    real_on=(REAL_37836,),
     families=ALL_FAMILIES,  # Mamba2: sglang's own gate; gated delta net: re-created
     hooks=(
         Hook(f"{MAMBA2_METADATA}.prepare_mixed", "after", gate_initial_states_by_track_mask),
         Hook(f"{GDN_BACKEND}.forward_extend", "before", start_short_suffixes_blank),
-        Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", log_blank_descendant_cached),
+        Hook(
+            f"{MAMBA_COMPONENT}.cleanup_after_caching_req",
+            "before",
+            log_blank_descendant_cached,
+            fallback=Hook(f"{MAMBA_COMPONENT_0519}.cleanup_after_caching_req", "before", log_blank_descendant_cached),
+        ),
     ),
     trigger="a multi-turn or branch request whose cached prefix is followed by fewer new tokens than "
     "reach the next checkpoint, and which then crosses a checkpoint while decoding (or caches at finish)",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...req_kv import kv_of
-from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, REQ_TO_TOKEN_POOL, Fault, Hook, log_faulty_action
+from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, MAMBA_COMPONENT_0519, REQ_TO_TOKEN_POOL, Fault, Hook, log_faulty_action
 
 if TYPE_CHECKING:
     import torch
@@ -104,7 +104,10 @@ def stamp_ghost_root(
     such finish replaces the ghost, so it soon holds a recycled slot's stale state.
     """
     value = None if insert_params is None else insert_params.mamba_value
-    if not (is_finished and insert_result is None and value is not None and component.cache.enable_mamba_extra_buffer):
+    # Nothing cached: 0.5.21+ skip the insert (no result); 0.5.19-0.5.20 insert the empty key
+    # (a result naming the root, with mamba_exist set).
+    cached_nothing = insert_result is None or len(insert_params.key) == 0
+    if not (is_finished and cached_nothing and value is not None and component.cache.enable_mamba_extra_buffer):
         return original(component, req, is_finished, insert_result=insert_result, insert_params=insert_params)
     from sglang.srt.mem_cache.base_prefix_cache import InsertResult
 
@@ -178,7 +181,14 @@ GHOST_NODE = Fault(
     ),
     expected_checks=("content-immutable", "cow-source", "tree-shape"),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "around", stamp_ghost_root),),
+    hooks=(
+        Hook(
+            f"{MAMBA_COMPONENT}.cleanup_after_caching_req",
+            "around",
+            stamp_ghost_root,
+            fallback=Hook(f"{MAMBA_COMPONENT_0519}.cleanup_after_caching_req", "around", stamp_ghost_root),
+        ),
+    ),  # fmt: skip
     trigger="the first finished request: its tracked state was already donated after prefill, so nothing is left to cache at finish",
 )
 

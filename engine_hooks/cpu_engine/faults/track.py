@@ -7,7 +7,10 @@ names match the sglang method they wrap, since sglang passes some arguments by k
 from __future__ import annotations
 
 from itertools import accumulate
+from types import SimpleNamespace
 from typing import Any
+
+import torch
 
 from .base import (
     ALL_STRATEGIES,
@@ -16,6 +19,8 @@ from .base import (
     HYBRID_BACKEND_MODULE,
     MAMBA2_BACKEND,
     MAMBA_COMPONENT,
+    MAMBA_COMPONENT_0519,
+    REAL_37836,
     RECOMPUTE_CHECK,
     TRACK_PLAN,
     Fault,
@@ -66,6 +71,31 @@ def gather_chunk_states_on_the_wrong_grid(
     return plan
 
 
+def gather_chunk_states_on_the_wrong_grid_at_init(
+    indices: tuple[Any, ...], backend: Any, mamba_cache_indices: Any, forward_batch: Any
+) -> Any:
+    """After `MambaAttnBackendBase._init_track_ssm_indices` (0.5.20: the track plan is not its
+    own function yet): the same wrong grid, on the index tuple it returns."""
+    if len(indices) != 9:  # 0.5.19's four: its Mamba2 grid is the pre-#37836 one for real (Fault.real_on)
+        return None
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import Mamba2AttnBackend
+
+    chunk_idx, h_src, h_dst, rows, final_src, final_dst, seq_idx, end_locs, recompute_dst = indices
+    unaligned = rows.tolist()
+    if not unaligned:
+        return None
+    mamba2 = isinstance(backend, Mamba2AttnBackend)
+    plan = SimpleNamespace(unaligned_rows=unaligned, chunk_indices=chunk_idx.tolist(), h_rows=unaligned, h_src=h_src.tolist())
+    extend_lens = forward_batch.extend_seq_lens.tolist()
+    gather_chunk_states_on_the_wrong_grid(plan, [], [], extend_lens, [], backend.mamba_chunk_size, mamba2=mamba2)
+    src = torch.tensor(plan.h_src, dtype=h_src.dtype, device=h_src.device)
+    if not mamba2:
+        return (chunk_idx, src, *indices[2:])
+    # every unaligned row read from `h` (none recomputed), into its own track slot
+    dst = forward_batch.mamba_track_indices[rows.to(forward_batch.mamba_track_indices.device)].to(h_dst)
+    return (chunk_idx, src, dst, rows, final_src, final_dst, seq_idx[:0], end_locs[:0], recompute_dst[:0])
+
+
 def skip_track_write(*args: Any, **kwargs: Any) -> None:
     """Stands in for the backend's state-tracking copy: the tracked slot is never written (the
     faulty action is logged where the copy had a row to track, not for every forward)."""
@@ -95,6 +125,12 @@ def credit_one_page_late(component: Any, req: Any, insert_params: Any, token_ids
             log_faulty_action("track-off-by-one", rid=req.rid)
 
 
+def prepare_one_page_short(cache_len: int | None, component: Any, *args: Any, **kwargs: Any) -> int | None:
+    """After `MambaComponent.prepare_for_caching_req` where the release has no `floor_cache_len`
+    (0.5.19, 0.5.20): the same floor, on the length the component prepared its value for."""
+    return None if cache_len is None else floor_one_page_short(component, cache_len)
+
+
 def floor_one_page_short(component: Any, cache_len: int) -> int:
     """Replaces `MambaComponent.floor_cache_len` (a no-op upstream): the key ends a page early.
 
@@ -119,7 +155,19 @@ WRONG_CHUNK_STATE = Fault(
     ),
     expected_checks=(RECOMPUTE_CHECK,),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(Hook(TRACK_PLAN, "after", gather_chunk_states_on_the_wrong_grid),),
+    real_on=(REAL_37836,),
+    hooks=(
+        Hook(
+            TRACK_PLAN,
+            "after",
+            gather_chunk_states_on_the_wrong_grid,
+            fallback=Hook(
+                f"{HYBRID_BACKEND_MODULE}.MambaAttnBackendBase._init_track_ssm_indices",
+                "after",
+                gather_chunk_states_on_the_wrong_grid_at_init,
+            ),
+        ),
+    ),  # fmt: skip
     trigger="a prefill batch whose second or later request tracks a checkpoint (extend >= 64 tokens) "
     "behind one whose extend is not a multiple of 64: the workload's packed waves, and a chunked "
     "prompt's tail followed by a new prompt",
@@ -155,7 +203,14 @@ TRACK_OFF_BY_ONE = Fault(
     ),
     expected_checks=("state-depth", RECOMPUTE_CHECK),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(Hook(f"{MAMBA_COMPONENT}.prepare_for_caching_req", "before", credit_one_page_late),),
+    hooks=(
+        Hook(
+            f"{MAMBA_COMPONENT}.prepare_for_caching_req",
+            "before",
+            credit_one_page_late,
+            fallback=Hook(f"{MAMBA_COMPONENT_0519}.prepare_for_caching_req", "before", credit_one_page_late),
+        ),
+    ),  # fmt: skip
     trigger="a donation with at least a page of tokens past the tracked state (shorter keys cap the "
     "credit and floor it back): the last chunk of each chunked prompt, prompts of 80+ fresh tokens",
 )
@@ -170,7 +225,19 @@ DEPTH_MISMATCH = Fault(
     ),
     expected_checks=("state-depth", RECOMPUTE_CHECK),
     strategies=ALL_STRATEGIES,
-    hooks=(Hook(f"{MAMBA_COMPONENT}.floor_cache_len", "replace", floor_one_page_short),),
+    hooks=(
+        Hook(
+            f"{MAMBA_COMPONENT}.floor_cache_len",
+            "replace",
+            floor_one_page_short,
+            fallback=Hook(
+                f"{MAMBA_COMPONENT}.prepare_for_caching_req",
+                "after",
+                prepare_one_page_short,
+                fallback=Hook(f"{MAMBA_COMPONENT_0519}.prepare_for_caching_req", "after", prepare_one_page_short),
+            ),
+        ),
+    ),  # fmt: skip
     trigger="every insert of a mamba state (under no_buffer only a recompute can tell: states carry no planned position)",
 )
 

@@ -72,8 +72,9 @@ def scatter_into_a_stale_row(metadata: Any, backend: Any, forward_batch: Any, *a
         return metadata
     setattr(metadata, dst_name, torch.cat([dst, stale]))
     setattr(metadata, src_name, torch.cat([src, src[:1]]))
-    if dst_name == "track_ssm_h_dst" and getattr(metadata, "track_ssm_h_batch_src", None) is not None:  # none in 0.5.13-0.5.15
-        metadata.track_ssm_h_batch_src = torch.cat([metadata.track_ssm_h_batch_src, metadata.track_ssm_h_batch_src[:1]])
+    batch_src = getattr(metadata, "track_ssm_h_batch_src", None)  # 0.5.20+; none in 0.5.13-0.5.15 and 0.5.19
+    if dst_name == "track_ssm_h_dst" and batch_src is not None:
+        metadata.track_ssm_h_batch_src = torch.cat([batch_src, batch_src[:1]])
     log_faulty_action("stray-track-write", slot=int(stale[0]))
     return metadata
 
