@@ -100,6 +100,8 @@ class CatchUp:
     def mark(self, marks: set[int], tail: list[int], everything: bool, baseline: Sequence[int]) -> None:
         """Add a step's nodes to read: `marks`, the arena's `tail` (new since the last step), or with
         `everything` the whole arena as `tail` and the `baseline`'s ids to check for removal."""
+        if len(marks) > len(self.todo):  # the hooks' set of a tree grown unwatched: adopt it, not copy it
+            self.todo, marks = marks, self.todo
         self.todo |= marks
         if everything:
             self.sweep, self.gone = Bulk(tail), Bulk(baseline)
