@@ -72,7 +72,7 @@ from mcinspect.schema import (
 )
 
 from .adapter_0523 import UnsupportedCache, depth_of, node_end
-from .catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK, CatchUp
+from .catch_up import IMMEDIATE_NODES, Bulk, CatchUp
 from .events import EventSink
 from .generations import UNIFIED_TREE_CORE, Generation
 from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
@@ -264,18 +264,19 @@ class Capture:
             self._arena = None
         catch_up = None
         if self._view.full_detail:
-            todo = self._marked_nodes()
+            marks, tail, everything = self._marked_nodes()
             catch_up = self._catch_up
-            spread = self._budget_s is not None and (resync or len(todo) > IMMEDIATE_NODES)
-            if catch_up is None and spread:
+            many = everything or len(marks) + len(tail) > IMMEDIATE_NODES
+            if catch_up is None and self._budget_s is not None and (resync or many):
                 catch_up = self._catch_up = CatchUp(step=self._step, requests=self._requests, kv=self._kv)
             if catch_up is None:
+                todo = marks.union(tail, self._nodes if everything else ())
                 upserts, removed = self._read_nodes(todo, set())
                 changed_slots = self._apply_nodes(upserts, removed)
             else:
-                catch_up.todo |= todo
+                catch_up.mark(marks, tail, everything, list(self._nodes) if everything else ())
                 if resync:
-                    catch_up.slots.update(range(1, self.size + 1))
+                    catch_up.slot_sweep = Bulk(range(1, self.size + 1))
                 free = self._read_free()  # the free list moves step by step too: a tree filling up takes every slot
                 catch_up.slots |= free ^ self._free
                 self._free = free
@@ -301,8 +302,9 @@ class Capture:
             changed_slots |= set(range(1, self.size + 1))
 
         slots = self._reclaim(changed_slots, free)
-        if catch_up is not None:
-            slots = {**catch_up.claims, **slots}
+        if catch_up is not None:  # this step's claims over the catch-up's: no copy of its (maybe every) slots
+            catch_up.claims.update(slots)
+            slots = catch_up.claims
         kv = None
         if self._kv_reader.changed():
             now = self._kv_reader.read()
@@ -319,22 +321,22 @@ class Capture:
         assert self._budget_s is not None
         deadline = time.perf_counter() + self._budget_s
         catch_up.steps += 1
-        todo, slots = catch_up.todo, catch_up.slots
-        while todo:
-            chunk = {todo.pop() for _ in range(min(NODE_CHUNK, len(todo)))}
-            upserts, removed = self._read_nodes(chunk, todo)
+        arena = self._view.arena()
+        while (chunk := catch_up.next_nodes(arena)) is not None:
+            upserts, removed = self._read_nodes(chunk, catch_up.todo)
+            if catch_up.stale_depths:
+                catch_up.fresh.update(chunk)
             catch_up.read(upserts, removed)
             moved = self._apply_nodes(upserts, removed)
-            slots |= moved
+            catch_up.slots |= moved
             catch_up.owner_changes |= self._move_owners(moved)
             if time.perf_counter() >= deadline:
                 break
-        while slots:
-            chunk = {slots.pop() for _ in range(min(SLOT_CHUNK, len(slots)))}
-            catch_up.claims.update(self._reclaim(chunk, self._free))  # the baseline's inputs: see catch_up.py
+        while (slots := catch_up.next_slots()) is not None:
+            catch_up.claims.update(self._reclaim(slots, self._free))  # the baseline's inputs: see catch_up.py
             if time.perf_counter() >= deadline:
                 break
-        return not todo and not slots
+        return catch_up.done
 
     def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[Rid], set[int]]:
         """Move the request baseline: (upserts, removed, slots whose request claims changed)."""
@@ -347,30 +349,34 @@ class Capture:
 
     # --- nodes ---
 
-    def _marked_nodes(self) -> set[int]:
-        """Python core: the nodes to read for this step (marked by the hooks, created since,
-        or every node when the arena was replaced)."""
+    def _marked_nodes(self) -> tuple[set[int], list[int], bool]:
+        """Python core: the nodes to read for this step: (marked by the hooks, created since (the
+        arena's tail), everything): with everything (the arena was replaced by `reset()` or a mark
+        overflow) the tail is the whole arena, and every baseline node may be gone too."""
         arena = self._view.arena()
-        dirty = self.sink.take_dirty_nodes()
-        if arena is not self._arena:  # reset() (or a mark overflow): every node may differ
-            dirty.update(self._nodes)
-            dirty.update(arena)
-            self._arena = arena
-        for count, node_id in enumerate(reversed(arena)):  # nodes created since: the arena's tail
+        marks = self.sink.take_dirty_nodes()
+        newest = next(reversed(arena), -1)  # the newest is the largest
+        if arena is not self._arena:
+            self._arena, self._max_node_id = arena, max(self._max_node_id, newest)
+            return marks, list(arena), True
+        tail: list[int] = []
+        for count, node_id in enumerate(reversed(arena)):
             if node_id <= self._max_node_id:
                 break
             if count == IMMEDIATE_NODES:  # a tree grown unwatched: find the tail in C, not node by node
                 ids = list(arena)
-                dirty.update(ids[bisect.bisect_right(ids, self._max_node_id) :])
+                tail = ids[bisect.bisect_right(ids, self._max_node_id) :]
                 break
-            dirty.add(node_id)
-        self._max_node_id = max(self._max_node_id, next(reversed(arena), -1))  # the newest is the largest
-        return dirty
+            tail.append(node_id)
+        self._max_node_id = max(self._max_node_id, newest)
+        return marks, tail, False
 
-    def _read_nodes(self, ids: set[int], pending: set[int]) -> tuple[list[NodeRecord], list[NodeId]]:
-        """Records of `ids` that differ from the baseline, and those of them that left the tree;
-        `pending`: nodes still to read after these (their baseline depth may be stale)."""
+    def _read_nodes(self, chunk: Iterable[int], pending: set[int]) -> tuple[list[NodeRecord], list[NodeId]]:
+        """Records of `chunk`'s nodes that differ from the baseline, and those of them that left
+        the tree; `pending`: nodes still to read after these (their baseline depth may be stale)."""
+        ids = set(chunk)
         view = self._view
+        catch_up = self._catch_up
         arena = view.arena()
         removed = [NodeId(n) for n in ids if n not in arena and n in self._nodes]
         alive = [arena[n] for n in ids if n in arena]
@@ -379,7 +385,9 @@ class Capture:
 
         def known(node_id: int) -> int | None:
             record = baseline.get(NodeId(node_id))
-            return record.depth if record is not None and node_id not in ids and node_id not in pending else None
+            if record is None or node_id in ids or node_id in pending:
+                return None
+            return record.depth if catch_up is None or catch_up.trusted_depth(node_id) else None
 
         items = [(node, depth_of(node, known, memo)) for node in alive]
         records = view.records(items, self.sink.tombstones)
@@ -430,7 +438,7 @@ class Capture:
         """The mamba allocator's free slots now (one device copy)."""
         return set(ints_of_many([self._pools.free_mamba_slots(self.pool)])[0])
 
-    def _reclaim(self, slots: set[int], free: set[int]) -> dict[SlotId, tuple[SlotClaim, ...]]:
+    def _reclaim(self, slots: Iterable[int], free: set[int]) -> dict[SlotId, tuple[SlotClaim, ...]]:
         """New claim lists for `slots` (within 1..size) that differ from the baseline."""
         wanted = sorted(s for s in slots if 1 <= s <= self.size)
         if not wanted:

@@ -6,6 +6,13 @@ nodes in one step. Instead `Capture.step` reads them in chunks, a time budget a 
 (CATCH_UP_BUDGET_S), and publishes nothing until the last chunk: then one delta carries all
 of it. Meanwhile:
 
+- the O(tree) parts are bulk work read in chunks like the rest, never in one step: the nodes to
+  sweep (every node after an overflow or a `reset()`, the arena's tail after the tree grew
+  unwatched), the baseline's nodes to check for removal (`gone`), every slot after an overflow
+  (`slot_sweep`); the bulk goes before the marks, which arrive every step and would otherwise
+  take every step's budget;
+- after an overflow any baseline depth may be stale (the marks of splits were dropped): until
+  the sweep is done, only the depths of nodes read in this catch-up are trusted (`stale_depths`);
 - the baseline moves chunk by chunk (nodes, tree slot index and owners, slot claims), so a node read early
   and changed later is read again: the hooks mark it, and marks join `todo`;
 - slot claims are rebuilt from the baseline's requests and admission slots, which only the
@@ -21,8 +28,9 @@ delta is the difference between the last published state and the state at that s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mcinspect.schema import CacheState, KvState, NodeId, NodeRecord, RequestRecord, Rid, SlotClaim, SlotId, Step
 
@@ -39,6 +47,22 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+class Bulk:
+    """Ids to go through in order, a chunk at a time (a list or a range: taken in C, not id by id)."""
+
+    def __init__(self, ids: Sequence[int] = ()) -> None:
+        self._ids = ids
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._ids) - self._next
+
+    def take(self, n: int) -> Sequence[int]:
+        chunk = self._ids[self._next : self._next + n]
+        self._next += len(chunk)
+        return chunk
+
+
 @dataclass
 class CatchUp:
     step: Step
@@ -47,9 +71,19 @@ class CatchUp:
     requests: dict[Rid, RequestRecord]
     kv: KvState | None
     todo: set[int] = field(default_factory=set)
-    """Node ids still to read (marked, new, or all of them after an overflow)."""
+    """Node ids still to read: marked, or new since the last step."""
+    sweep: Bulk = field(default_factory=Bulk)
+    """Node ids to read in bulk: the arena after an overflow, its tail after the tree grew unwatched."""
+    gone: Bulk = field(default_factory=Bulk)
+    """Baseline node ids to check for removal (after an overflow: the marks of removals were dropped)."""
+    stale_depths: bool = False
+    """The baseline's depths may be stale: trust only those of the nodes in `fresh`."""
+    fresh: set[int] = field(default_factory=set)
+    """Nodes read in this catch-up since `stale_depths` was set."""
     slots: set[int] = field(default_factory=set)
     """Slots whose claim lists still need rebuilding (their tree owner may have moved)."""
+    slot_sweep: Bulk = field(default_factory=Bulk)
+    """Slots to rebuild in bulk (every slot after an overflow)."""
     upserts: dict[NodeId, NodeRecord] = field(default_factory=dict)
     removed: set[NodeId] = field(default_factory=set)
     claims: dict[SlotId, tuple[SlotClaim, ...]] = field(default_factory=dict)
@@ -62,6 +96,49 @@ class CatchUp:
     published state is the baseline with these put back: nothing is copied when the catch-up
     starts (a 100k-node copy is tens of ms on the scheduler thread)."""
     saved_slots: dict[SlotId, tuple[SlotClaim, ...] | None] = field(default_factory=dict)
+
+    def mark(self, marks: set[int], tail: list[int], everything: bool, baseline: Sequence[int]) -> None:
+        """Add a step's nodes to read: `marks`, the arena's `tail` (new since the last step), or with
+        `everything` the whole arena as `tail` and the `baseline`'s ids to check for removal."""
+        if len(marks) > len(self.todo):  # the hooks' set of a tree grown unwatched: adopt it, not copy it
+            self.todo, marks = marks, self.todo
+        self.todo |= marks
+        if everything:
+            self.sweep, self.gone = Bulk(tail), Bulk(baseline)
+            self.stale_depths, self.fresh = True, set()
+        elif len(tail) > IMMEDIATE_NODES:
+            self.sweep = Bulk([*self.sweep.take(len(self.sweep)), *tail])
+        else:
+            self.todo.update(tail)
+
+    def next_nodes(self, arena: dict[int, Any]) -> Sequence[int] | None:
+        """The next chunk of node ids to read (the bulk first), None when none is left."""
+        if self.sweep:
+            chunk = self.sweep.take(NODE_CHUNK)
+            if not self.sweep:  # every node of the arena at the overflow has been read again
+                self.stale_depths, self.fresh = False, set()
+            return chunk
+        if self.gone:
+            return [n for n in self.gone.take(NODE_CHUNK) if n not in arena]
+        if self.todo:
+            return [self.todo.pop() for _ in range(min(NODE_CHUNK, len(self.todo)))]
+        return None
+
+    def next_slots(self) -> Sequence[int] | None:
+        """The next chunk of slots to rebuild (the bulk first), None when none is left."""
+        if self.slot_sweep:
+            return self.slot_sweep.take(SLOT_CHUNK)
+        if self.slots:
+            return [self.slots.pop() for _ in range(min(SLOT_CHUNK, len(self.slots)))]
+        return None
+
+    @property
+    def done(self) -> bool:
+        return not (self.todo or self.sweep or self.gone or self.slots or self.slot_sweep)
+
+    def trusted_depth(self, node_id: int) -> bool:
+        """Whether the baseline's depth of `node_id` (not marked since it was read) is current."""
+        return not self.stale_depths or node_id in self.fresh
 
     def read(self, upserts: list[NodeRecord], removed: list[NodeId]) -> None:
         for record in upserts:

@@ -36,6 +36,16 @@ RECHECK_EVERY = 4
 DEFAULT_BUDGET = 256
 """Slots per fingerprint call: about 1.3 ms of the scheduler thread on this CPU, where 1024 slots
 took 21 ms (the demo's pools are smaller, so there every stable slot is read at every call)."""
+SETTLE_CHUNK = 2048
+"""Stable slots moved into the round-robin per call (well under a millisecond)."""
+
+
+def _minus(a: set[int], b: set[int]) -> set[int]:
+    """`a - b` (a new set or `a` itself), iterating the smaller of the two."""
+    if len(a) <= len(b):
+        return {x for x in a if x not in b}
+    a -= b
+    return a
 
 
 class ContentCapture:
@@ -57,6 +67,8 @@ class ContentCapture:
         self._queue: deque[int] = deque()
         """Round-robin of the slots to recheck; entries of slots that left the tree are skipped."""
         self._queued: set[int] = set()
+        self._settling: set[int] = set()
+        """Stable slots not yet moved into `_missing` and the round-robin (SETTLE_CHUNK a call)."""
 
     def capture(
         self, step: Step, owners: Mapping[int, int], changes: set[int] | None = None
@@ -73,13 +85,15 @@ class ContentCapture:
         dropped = [SlotId(slot) for slot in self._contents.keys() & changes]
         for slot in dropped:
             del self._contents[slot]
-        settled = (self._unsettled - changes) & owners.keys()
-        self._unsettled = changes & owners.keys()
-        self._missing -= changes  # in place: O(changes), not O(the tree's slots) each step
-        self._missing |= settled
-        fresh_queue = settled - self._queued
-        self._queue.extend(fresh_queue)
-        self._queued |= fresh_queue
+        # Every set operation here iterates the smaller side: after a catch-up `changes` may hold
+        # every slot of a 100k-node tree, and the step after it every slot is stable.
+        stable, self._unsettled = _minus(self._unsettled, changes), changes & owners.keys()
+        self._settling = _minus(self._settling, changes)
+        if len(stable) > len(self._settling):
+            stable, self._settling = self._settling, stable
+        self._settling |= stable
+        self._missing = _minus(self._missing, changes)
+        self._settle(owners)
         if step % RECHECK_EVERY and not self._missing:
             return {}, dropped
         slots = self._pick(owners)
@@ -102,10 +116,22 @@ class ContentCapture:
     def current(self) -> dict[SlotId, SlotContent]:
         return dict(self._contents)
 
+    def _settle(self, owners: Mapping[int, int]) -> None:
+        """Move up to SETTLE_CHUNK stable slots into the never-read set and the round-robin (a
+        catch-up's 100k at once would cost the scheduler thread tens of ms in one step)."""
+        missing, queue, queued, settling = self._missing, self._queue, self._queued, self._settling
+        for _ in range(min(SETTLE_CHUNK, len(settling))):
+            slot = settling.pop()
+            if slot in owners:
+                missing.add(slot)
+                if slot not in queued:
+                    queue.append(slot)
+                    queued.add(slot)
+
     def _pick(self, owners: Mapping[int, int]) -> list[int]:
         """The stable slots to read now: all when they fit the budget, else never-read ones
         first, then the round-robin."""
-        if len(owners) - len(self._unsettled) <= self._budget:
+        if len(owners) <= self._budget:
             return sorted(slot for slot in owners if slot not in self._unsettled)
         picked = list(itertools.islice(self._missing, self._budget))
         chosen = set(picked)

@@ -97,6 +97,7 @@ def catch_up(tree: Tree, capture: Capture, published: CacheState) -> tuple[Cache
             apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
             return published, n
         assert capture.catching_up and capture.state == before  # snapshots serve the last published state
+        assert n < 1_000, "the catch-up never ends"
         tree.change()
         n += 1
 
@@ -175,3 +176,60 @@ def test_the_caught_up_baseline_leaves_nothing_for_the_cyclic_gc(hooks: tuple[Ev
     state = capture.state
     held = [record.kv_runs for record in state.nodes.values()] + list(state.slots.values())
     assert len(held) > GROUPS * PER_GROUP and not [container for container in held if gc.is_tracked(container)]
+
+
+def overflowed_tree(sink: EventSink) -> tuple[Tree, Capture, CacheState]:
+    """A grown tree whose next step's marks overflow (splits and evictions among the dropped)."""
+    tree = Tree()
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)  # one chunk of nodes and one of slots a step
+    published = capture.full_state(Step(0))
+    max_dirty, sink.max_dirty = sink.max_dirty, 0
+    tree.change()
+    sink.max_dirty = max_dirty
+    assert sink.overflowed
+    return tree, capture, published
+
+
+def test_no_step_of_a_catch_up_after_an_overflow_reads_more_than_a_chunk(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """The O(tree) parts (every node, every baseline node's removal, every slot) are bulk work
+    read a chunk a step like the rest: none is done in the step that starts or ends the catch-up."""
+    sink, errors = hooks
+    tree, capture, published = overflowed_tree(sink)
+    nodes, slots = spy(capture)
+    per_step: list[tuple[int, int]] = []
+    n = 0
+    while True:
+        n += 1
+        nodes.clear()
+        slots.clear()
+        parts = capture.step(Step(n))
+        per_step.append((sum(nodes), sum(slots)))
+        if parts is not None:
+            break
+        pending = capture._catch_up
+        assert (
+            pending is not None and len(pending.todo) <= IMMEDIATE_NODES and len(pending.slots) <= IMMEDIATE_NODES
+        )  # no set of every node or slot
+        tree.change()
+    assert len(per_step) > len(published.nodes) // NODE_CHUNK  # spread over steps
+    # a step reads one chunk of each; the step that publishes also reads its own few marks and slots
+    assert all(read <= NODE_CHUNK and rebuilt <= SLOT_CHUNK for read, rebuilt in per_step[:-1])
+    assert per_step[-1][0] <= NODE_CHUNK + IMMEDIATE_NODES and per_step[-1][1] <= SLOT_CHUNK + IMMEDIATE_NODES
+    apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, n)  # the one delta equals a full capture
+    assert errors.total == 0
+
+
+def test_a_catch_ups_bulk_goes_before_the_marks_that_arrive_every_step(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """Marks arrive every step while the tree changes: read first, they would take every step's
+    budget and the sweep of the whole tree would never end."""
+    sink, errors = hooks
+    tree, capture, published = overflowed_tree(sink)
+    arena = tree.scheduler.tree_cache.tree_core._node_arena
+    bulk_steps = -(-len(arena) // NODE_CHUNK) + -(-len(published.nodes) // NODE_CHUNK)  # the sweep, then `gone`
+    state, n = catch_up(tree, capture, published)
+    assert n <= bulk_steps + 10  # a few more for the marks left once the bulk is done
+    assert state == full_read(tree.scheduler, sink, n)
+    assert errors.total == 0

@@ -10,7 +10,7 @@ patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only
 import torch  # noqa: E402
 
 from mcinspect.schema import SlotId, Step  # noqa: E402
-from mcinspect_engine_hooks.contents import RECHECK_EVERY, ContentCapture  # noqa: E402
+from mcinspect_engine_hooks.contents import RECHECK_EVERY, SETTLE_CHUNK, ContentCapture  # noqa: E402
 from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
 
 from cpu_cache import build_cache  # noqa: E402
@@ -54,3 +54,29 @@ def test_fingerprints_follow_ownership_and_in_place_changes() -> None:
     contents.capture(Step(8), {5: 9, 6: 11})
     fresh, _ = contents.capture(Step(9), {5: 9, 6: 11})
     assert fresh[SlotId(6)].zero and not contents.current()[SlotId(5)].zero
+
+
+def test_a_catch_ups_thousands_of_new_owners_settle_a_chunk_a_step() -> None:
+    """After a catch-up every slot of the tree may change owner at once: the step after, each is
+    stable, and moving them all into the round-robin in one step is O(tree) on the scheduler
+    thread. They move SETTLE_CHUNK a step, and each is fingerprinted, exactly, all the same."""
+    n = 3 * SETTLE_CHUNK
+    scheduler = build_cache(mamba_slots=n + 8)
+    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
+    generator = torch.Generator().manual_seed(1)
+    for state in [*cache.conv, cache.temporal]:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    owners = {slot: 10_000 + slot for slot in range(1, n + 1)}
+    contents = ContentCapture(scheduler)
+    assert contents.capture(Step(1), owners, set(owners)) == ({}, [])  # a catch-up's last step: nothing stable yet
+    seen: dict[SlotId, int] = {}
+    step = 2
+    while len(seen) < n:
+        waiting = len(contents._settling)
+        fresh, dropped = contents.capture(Step(step), owners, set())
+        assert dropped == [] and waiting - len(contents._settling) <= SETTLE_CHUNK
+        seen.update({slot: content.fingerprint for slot, content in fresh.items()})
+        step += 1
+        assert step < 200, "some stable slots were never fingerprinted"
+    every = torch.tensor(sorted(seen))
+    assert list(seen[SlotId(s)] for s in every.tolist()) == fingerprint_slots(list(cache.conv), cache.temporal, every).fingerprint.tolist()
