@@ -69,6 +69,11 @@ class Hook:
         return self.fallback.chosen()
 
 
+def component_hook(method: str, kind: HookKind, fn: Callable[..., Any]) -> Hook:
+    """A hook on `MambaComponent.method`, falling back to the class's 0.5.19 module."""
+    return Hook(f"{MAMBA_COMPONENT}.{method}", kind, fn, fallback=Hook(f"{MAMBA_COMPONENT_0519}.{method}", kind, fn))
+
+
 def _exists(target: str) -> bool:
     """Whether sglang has `target` (dotted: module, then attributes). Only once sglang has finished
     importing: `Fault.install` asks when HookRegistry applies the hooks."""

@@ -22,12 +22,11 @@ from .base import (
     EXTRA_BUFFER_STRATEGIES,
     GDN_BACKEND,
     MAMBA2_METADATA,
-    MAMBA_COMPONENT,
-    MAMBA_COMPONENT_0519,
     REAL_37836,
     RECOMPUTE_CHECK,
     Fault,
     Hook,
+    component_hook,
     log_faulty_action,
 )
 
@@ -122,12 +121,7 @@ ZERO_INITIAL_STATE = Fault(
     hooks=(
         Hook(f"{MAMBA2_METADATA}.prepare_mixed", "after", gate_initial_states_by_track_mask),
         Hook(f"{GDN_BACKEND}.forward_extend", "before", start_short_suffixes_blank),
-        Hook(
-            f"{MAMBA_COMPONENT}.cleanup_after_caching_req",
-            "before",
-            log_blank_descendant_cached,
-            fallback=Hook(f"{MAMBA_COMPONENT_0519}.cleanup_after_caching_req", "before", log_blank_descendant_cached),
-        ),
+        component_hook("cleanup_after_caching_req", "before", log_blank_descendant_cached),
     ),
     trigger="a multi-turn or branch request whose cached prefix is followed by fewer new tokens than "
     "reach the next checkpoint, and which then crosses a checkpoint while decoding (or caches at finish)",

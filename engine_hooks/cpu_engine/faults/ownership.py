@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...req_kv import kv_of
-from .base import EXTRA_BUFFER_STRATEGIES, MAMBA_COMPONENT, MAMBA_COMPONENT_0519, REQ_TO_TOKEN_POOL, Fault, Hook, log_faulty_action
+from .base import EXTRA_BUFFER_STRATEGIES, REQ_TO_TOKEN_POOL, Fault, Hook, component_hook, log_faulty_action
 
 if TYPE_CHECKING:
     import torch
@@ -181,14 +181,7 @@ GHOST_NODE = Fault(
     ),
     expected_checks=("content-immutable", "cow-source", "tree-shape"),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(
-        Hook(
-            f"{MAMBA_COMPONENT}.cleanup_after_caching_req",
-            "around",
-            stamp_ghost_root,
-            fallback=Hook(f"{MAMBA_COMPONENT_0519}.cleanup_after_caching_req", "around", stamp_ghost_root),
-        ),
-    ),  # fmt: skip
+    hooks=(component_hook("cleanup_after_caching_req", "around", stamp_ghost_root),),
     trigger="the first finished request: its tracked state was already donated after prefill, so nothing is left to cache at finish",
 )
 

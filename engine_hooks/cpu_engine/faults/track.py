@@ -19,12 +19,12 @@ from .base import (
     HYBRID_BACKEND_MODULE,
     MAMBA2_BACKEND,
     MAMBA_COMPONENT,
-    MAMBA_COMPONENT_0519,
     REAL_37836,
     RECOMPUTE_CHECK,
     TRACK_PLAN,
     Fault,
     Hook,
+    component_hook,
     log_faulty_action,
 )
 
@@ -203,14 +203,7 @@ TRACK_OFF_BY_ONE = Fault(
     ),
     expected_checks=("state-depth", RECOMPUTE_CHECK),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(
-        Hook(
-            f"{MAMBA_COMPONENT}.prepare_for_caching_req",
-            "before",
-            credit_one_page_late,
-            fallback=Hook(f"{MAMBA_COMPONENT_0519}.prepare_for_caching_req", "before", credit_one_page_late),
-        ),
-    ),  # fmt: skip
+    hooks=(component_hook("prepare_for_caching_req", "before", credit_one_page_late),),
     trigger="a donation with at least a page of tokens past the tracked state (shorter keys cap the "
     "credit and floor it back): the last chunk of each chunked prompt, prompts of 80+ fresh tokens",
 )
@@ -230,12 +223,7 @@ DEPTH_MISMATCH = Fault(
             f"{MAMBA_COMPONENT}.floor_cache_len",
             "replace",
             floor_one_page_short,
-            fallback=Hook(
-                f"{MAMBA_COMPONENT}.prepare_for_caching_req",
-                "after",
-                prepare_one_page_short,
-                fallback=Hook(f"{MAMBA_COMPONENT_0519}.prepare_for_caching_req", "after", prepare_one_page_short),
-            ),
+            fallback=component_hook("prepare_for_caching_req", "after", prepare_one_page_short),
         ),
     ),  # fmt: skip
     trigger="every insert of a mamba state (under no_buffer only a recompute can tell: states carry no planned position)",
