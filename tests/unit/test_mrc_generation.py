@@ -131,7 +131,7 @@ def _real_cache() -> Any:
     cache = mrc.MambaRadixCache.__new__(mrc.MambaRadixCache)
     slots = _Slots()
     cache.__dict__.update(
-        req_to_token_pool=SimpleNamespace(mamba_allocator=slots, mamba_pool=slots),  # 0.5.12: the pool frees token_to_kv_pool_allocator=_Slots(),
+        req_to_token_pool=SimpleNamespace(mamba_allocator=slots, mamba_pool=slots), token_to_kv_pool_allocator=_Slots(),
         mamba_cache_chunk_size=64, page_size=1, disable=False, enable_kv_cache_events=False,
         enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False, kv_event_queue=[],
         device=torch.device("cpu"),
