@@ -235,9 +235,13 @@ class _PoolHooks:
 
     def prefill_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         req = _arg(args, kwargs, 0, "req")
-        if not ret.track_mask:
+        if ret is None:  # 0.5.12 returns no entry: it appends the plan to the batch's lists it is given
+            if not _arg(args, kwargs, 1, "mamba_track_mask_cpu")[-1]:
+                return
+            slot = int(_arg(args, kwargs, 2, "mamba_track_indices_cpu")[-1])  # the slot id, as 0.5.22's entry
+        elif not ret.track_mask:
             return
-        if hasattr(ret, "track_position"):  # the buffer entry is rewritten when the slot is donated: copy it now
+        elif hasattr(ret, "track_position"):  # the buffer entry is rewritten when the slot is donated: copy it now
             slot = kv_of(req).mamba_ping_pong_track_buffer[ret.track_position].clone()
         else:  # 0.5.22: the entry carries the slot id itself
             slot = int(ret.track_index)

@@ -24,6 +24,26 @@ def _int8_off(cache: Any) -> bool:
     return getattr(cache, "int8_ckpt_pool", None) is None
 
 
+def _donates(cache: Any, checkpoint: bool) -> bool:
+    """The tree takes the request's ping-pong slot itself (extra_buffer, no int8 pool): at a
+    finish, and at a chunk checkpoint where the pool donates (`donate_mamba_ping_pong_slot`,
+    0.5.13 on). 0.5.12's checkpoint inserts a fork instead: a fresh slot, a copy of the keep
+    entry (`MambaPool.fork_from`), so no ping-pong index."""
+    if not (cache.enable_mamba_extra_buffer and _int8_off(cache)):
+        return False
+    return not checkpoint or hasattr(cache.req_to_token_pool, "donate_mamba_ping_pong_slot")
+
+
+def keep_idx(pool: Any, req: Any) -> int:
+    """The ping-pong entry the tree takes (`get_mamba_ping_pong_keep_idx`, 0.5.13 on). 0.5.12
+    has no lazy mode and no such method: its cache_finished_req keeps the "other" entry of
+    `mamba_next_track_idx` (`get_mamba_ping_pong_other_idx`), the keep method's eager branch."""
+    keep = getattr(pool, "get_mamba_ping_pong_keep_idx", None)
+    if keep is not None:
+        return int(keep(req))
+    return int(pool.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx))
+
+
 class MrcHooks:
     def __init__(self, sink: EventSink, log: StateLog) -> None:
         self.sink = sink
@@ -59,8 +79,8 @@ class MrcHooks:
             return
         node = cache.mamba_lru_list.head.mamba_next
         index = -1
-        if cache.enable_mamba_extra_buffer and _int8_off(cache):
-            index = int(cache.req_to_token_pool.get_mamba_ping_pong_keep_idx(req))
+        if _donates(cache, checkpoint=self.sink.checkpointing is not None):
+            index = keep_idx(cache.req_to_token_pool, req)
         self.sink.emit(
             InsertEvent,
             rid=Rid(req.rid),
@@ -78,7 +98,7 @@ class MrcHooks:
         if ret.mamba_exist or params.mamba_value is None or req is None:
             return
         node = cache.mamba_lru_list.head.mamba_next
-        donated = bool(cache.enable_mamba_extra_buffer) and _int8_off(cache)
+        donated = _donates(cache, checkpoint=not finishing)
         self.log.inserted(params.mamba_value, node.id, params.key, Rid(req.rid), donated, finishing)
 
     def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:

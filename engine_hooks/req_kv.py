@@ -81,7 +81,8 @@ _ABSENT = {"mamba_cow_src_index": None, "mamba_needs_clear": False}
 def _lazy() -> bool:
     from sglang.srt.server_args import get_global_server_args
 
-    lazy = get_global_server_args().enable_mamba_extra_buffer_lazy
+    # 0.5.12 has no lazy mode (no such setting): the eager swap
+    lazy = getattr(get_global_server_args(), "enable_mamba_extra_buffer_lazy", False)
     return bool(lazy() if callable(lazy) else lazy)
 
 

@@ -47,12 +47,14 @@ def leak_working_slot(original: Callable[..., Any], pool: Any, req: Any, mamba_p
     if len(_leaked) >= LEAK_LIMIT:
         return original(pool, req, mamba_ping_pong_track_buffer_to_keep)
     slot = int(kv_of(req).mamba_pool_idx)
-    allocator = pool.mamba_allocator
-    pool.mamba_allocator = _FreeAllBut(allocator, slot)
+    # 0.5.12 has no slot allocator: free_mamba_cache frees through the MambaPool itself
+    freer = "mamba_allocator" if hasattr(pool, "mamba_allocator") else "mamba_pool"
+    allocator = getattr(pool, freer)
+    setattr(pool, freer, _FreeAllBut(allocator, slot))
     try:
         return original(pool, req, mamba_ping_pong_track_buffer_to_keep)
     finally:
-        pool.mamba_allocator = allocator
+        setattr(pool, freer, allocator)
         _leaked.append(slot)
         log_faulty_action("leak-slot", slot=slot, rid=req.rid)
 
