@@ -227,8 +227,10 @@ def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Pat
     assert summary["engine"]["hooks_skipped"] == []  # every hook, or its fallback (T3 on 0.5.13-0.5.14)
     assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0 and stats["paths"]["copy-on-write"] > 0
     assert stats["verify"]["verified"] > 0 and stats["verify"]["mismatches"] == 0
-    if mrc_release in STAGED_COW_KEPT:  # sglang's own, outputs unchanged: found, and only it
-        assert found and {v["check"] for v in found} == {"cow-source"}, found
+    if mrc_release in STAGED_COW_KEPT:  # sglang's own, outputs unchanged: nothing else is found
+        # it shows only where admission rejects a request it staged a copy-on-write for, which
+        # depends on the step timing (one 0.5.13 run on the loaded 2-core machine had none)
+        assert {v["check"] for v in found} <= {"cow-source"}, found
     else:
         assert found == []
 
