@@ -34,6 +34,7 @@ UnifiedRadixCache) and releases before 0.5.12 (no HookRegistry).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -146,6 +147,8 @@ class Selection:
     """The hooks to register: present ones, and fallbacks standing in for missing ones."""
     skipped: tuple[Hook, ...]
     """Hooks of the table this release lacks (no fallback either)."""
+    passed_over: tuple[str, ...] = ()
+    """The generations tried before this one, each with what this release lacks of it."""
 
     def skipped_line(self) -> str:
         """What the skipped hooks cost, for the engine's log; "" if none."""
@@ -209,7 +212,7 @@ def select() -> Selection | Unsupported:
         if missing:
             tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
             continue
-        return resolve(generation)
+        return dataclasses.replace(resolve(generation), passed_over=tuple(tried))
     return Unsupported(
         f"sglang {installed_release()} is not supported by mcinspect (it reads "
         f"{', '.join(r for g in GENERATIONS for r in g.releases)}); no generation fits: {'; '.join(tried)}. "

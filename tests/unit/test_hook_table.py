@@ -4,13 +4,14 @@ generation with nothing skipped."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()
 
-from mcinspect_engine_hooks.generations import UNIFIED_TREE_CORE, Selection, resolves, select  # noqa: E402
+from mcinspect_engine_hooks.generations import UNIFIED_TREE_CORE, Selection, resolve, resolves, select  # noqa: E402
 from mcinspect_engine_hooks.hooks_0523 import HOOKS, markdown  # noqa: E402
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -96,3 +97,15 @@ def test_a_release_whose_requests_keep_their_own_row_is_refused_naming_it(monkey
     selection = select()
     assert not isinstance(selection, Selection)
     assert "unified-tree-core (lacks managers.schedule_batch.ReqKvInfo.req_pool_idx)" in selection.reason
+
+
+def test_the_hook_table_names_a_generation_this_release_was_passed_over_for(capsys) -> None:
+    """0.5.16-0.5.18: MambaRadixCache's methods fit, the unified generation does not; `mcinspect
+    hooks` says the unified cache those releases build is not read (the engine's log says so too)."""
+    from mcinspect.cli_output import print_hooks
+
+    assert select().passed_over == ()  # 0.5.23: the first generation fits
+    lacking = "unified-tree-core (lacks managers.schedule_batch.ReqKvInfo.req_pool_idx)"
+    print_hooks(dataclasses.replace(resolve(UNIFIED_TREE_CORE), passed_over=(lacking,)))
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"not read in this sglang: {lacking}; an engine whose scheduler builds" in printed
