@@ -29,7 +29,8 @@ entry returned) and a chunk checkpoint inserts a fork, not the donated slot (all
 present: events_mrc, req_kv, events.prefill_track). Not supported (README "sglang
 releases"): the UnifiedRadixCache releases before 0.5.19 (0.5.18's ReqKvInfo has no `req_pool_idx`:
 `features`; its MambaRadixCache methods fit mamba-radix-cache, whose adapter refuses the scheduler's
-UnifiedRadixCache) and releases before 0.5.12 (no HookRegistry).
+UnifiedRadixCache) and releases before 0.5.12 (0.5.11 has the HookRegistry, not run; 0.5.10 and
+earlier have none).
 """
 
 from __future__ import annotations
