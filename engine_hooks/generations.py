@@ -221,6 +221,12 @@ def select() -> Selection | Unsupported:
     )
 
 
+def strategy_field(server_args: Any) -> str:
+    """sglang's name for the mamba cache strategy (on ServerArgs or an instance of it):
+    `mamba_radix_cache_strategy` from 0.5.14, `mamba_scheduler_strategy` before (the same values)."""
+    return "mamba_radix_cache_strategy" if hasattr(server_args, "mamba_radix_cache_strategy") else "mamba_scheduler_strategy"
+
+
 def installed_release() -> str:
     try:
         import sglang

@@ -52,7 +52,7 @@ from .config import HooksConfig
 from .contents import ContentCapture
 from .events import EventSink
 from .families import family_of_architecture
-from .generations import Selection
+from .generations import Selection, strategy_field
 from .guard import ErrorCounter
 from .live_cadence import LiveCadence
 from .placement import Placement, placement_fields
@@ -324,7 +324,7 @@ def engine_info(scheduler: Any, port: int, stream_port: int, full_detail: bool, 
         schema_version=SCHEMA_VERSION,
         sglang_version=sglang.__version__,
         model_path=str(args.model_path),
-        strategy=str(getattr(args, "mamba_radix_cache_strategy", None) or args.mamba_scheduler_strategy),  # the name before 0.5.14
+        strategy=str(getattr(args, strategy_field(args))),
         page_size=int(scheduler.page_size),
         overlap=bool(scheduler.enable_overlap),
         tree_core=type(tree_core).__name__ if tree_core is not None else type(scheduler.tree_cache).__name__,

@@ -161,11 +161,11 @@ def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
 
 
 def _strategy_argument() -> str:
-    """sglang's name for the mamba cache strategy: `mamba_radix_cache_strategy` from 0.5.14,
-    `mamba_scheduler_strategy` before (the same values)."""
     from sglang.srt.server_args import ServerArgs
 
-    return "mamba_radix_cache_strategy" if hasattr(ServerArgs, "mamba_radix_cache_strategy") else "mamba_scheduler_strategy"
+    from ..generations import strategy_field  # imports torch: not when the CLI starts
+
+    return strategy_field(ServerArgs)
 
 
 def engine_kwargs(config: EmbeddedEngineConfig, model_path: str) -> dict[str, Any]:

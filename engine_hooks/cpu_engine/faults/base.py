@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -75,12 +74,14 @@ def component_hook(method: str, kind: HookKind, fn: Callable[..., Any]) -> Hook:
 
 
 def _exists(target: str) -> bool:
-    """Whether sglang has `target` (dotted: module, then attributes). Only once sglang has finished
-    importing: `Fault.install` asks when HookRegistry applies the hooks."""
-    owner, attr = target.rsplit(".", 1)
+    """Whether sglang has `target` (`sglang.srt.` dotted), by the plugin's own feature detection; a
+    module that fails to import counts as absent. Only once sglang has finished importing:
+    `Fault.install` asks when HookRegistry applies the hooks."""
+    from ...generations import DetectionFailed, resolves  # imports torch: not at interpreter start
+
     try:
-        return hasattr(pkgutil.resolve_name(owner), attr)
-    except (ImportError, AttributeError):
+        return resolves(target.removeprefix(SRT))
+    except DetectionFailed:
         return False
 
 
