@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_runs import CASES, VERIFY_ENV, assert_fault_caught
+from fault_runs import CASES, VERIFY_ENV, assert_fault_caught, record_and_check
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
@@ -131,19 +131,10 @@ def test_the_real_37836_of_the_release_is_caught_on_the_unpatched_engine(tmp_pat
     """No fault injected: 0.5.19's own Mamba2 track plan caches states of the wrong chunk boundary,
     and T2 (the recompute of a cached state, and the working states it samples) says so."""
     mcinspect = str(venv_of(REAL_37836) / "bin" / "mcinspect")
-    recording = tmp_path / "nemotron.mcrec"
-    demo = subprocess.run(
-        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording),
-         "--model", "nemotron-h"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **VERIFY_ENV},
-    )  # fmt: skip
-    assert demo.returncode == 0, demo.stderr[-3000:]
-    summary = json.loads(demo.stdout)
+    found, summary = record_and_check(tmp_path, "--model", "nemotron-h", env={**os.environ, **VERIFY_ENV}, requests=40, mcinspect=mcinspect)
     assert summary["engine"]["sglang_version"] == REAL_37836 and summary["stats"]["hook_errors"] == 0
     assert summary["stats"]["verify"]["mismatches"] > 0
-    check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
-    assert check.returncode == 1, check.stderr[-3000:]
-    checks = {json.loads(line)["check"] for line in check.stdout.splitlines()}
+    checks = {v["check"] for v in found}
     assert "T2-recompute" in checks, checks
     assert checks <= {"T2-recompute", "T2-working-state"}, checks  # the states are wrong, the bookkeeping right
 
@@ -200,29 +191,22 @@ OLDEST_MRC_SKIPPED = 4
 
 
 def _mrc_demo(
-    tmp_path: Path, name: str, *args: str, verify: str = "transformers", release: str = MRC_RELEASE, env: dict[str, str] | None = None
+    tmp_path: Path, *args: str, verify: str = "transformers", release: str = MRC_RELEASE, env: dict[str, str] | None = None
 ) -> tuple[dict, list[dict]]:
     """The demo on an MRC release with a recording, and `check`'s violations of it."""
     mcinspect = str(venv_of(release) / "bin" / "mcinspect")
-    recording = tmp_path / f"{name}.mcrec"
-    demo = subprocess.run(
-        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording),
-         "--verify", verify, *args],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})},
-    )  # fmt: skip
-    assert demo.returncode == 0, demo.stderr[-3000:]
-    summary = json.loads(demo.stdout)
+    found, summary = record_and_check(
+        tmp_path, "--verify", verify, *args, env={**os.environ, **(env or {})}, requests=40, mcinspect=mcinspect
+    )
     assert summary["engine"]["sglang_version"] == release
     assert summary["engine"]["hooks_generation"] == "mamba-radix-cache" and summary["stats"]["hook_errors"] == 0
-    check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
-    assert check.returncode in (0, 1), check.stderr[-3000:]
-    return summary, [json.loads(line) for line in check.stdout.splitlines()]
+    return summary, found
 
 
 @opt_in(MATRIX_ENV)
 @pytest.mark.parametrize("mrc_release", MRC_RELEASES)
 def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Path) -> None:
-    summary, found = _mrc_demo(tmp_path, "clean", release=mrc_release)
+    summary, found = _mrc_demo(tmp_path, release=mrc_release)
     stats = summary["stats"]
     assert summary["engine"]["hooks_skipped"] == []  # every hook, or its fallback (T3 on 0.5.13-0.5.14)
     assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0 and stats["paths"]["copy-on-write"] > 0
@@ -237,7 +221,7 @@ def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Pat
 
 @opt_in(MATRIX_ENV)
 def test_the_oldest_mamba_radix_cache_release_reads_clean(tmp_path: Path) -> None:
-    summary, found = _mrc_demo(tmp_path, "clean", release=OLDEST_MRC)
+    summary, found = _mrc_demo(tmp_path, release=OLDEST_MRC)
     stats = summary["stats"]
     assert len(summary["engine"]["hooks_skipped"]) == OLDEST_MRC_SKIPPED, summary["engine"]["hooks_skipped"]
     assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0
@@ -252,7 +236,7 @@ def test_a_fault_is_caught_on_a_mamba_radix_cache_release(
 ) -> None:
     log = tmp_path / "faults.jsonl"
     args = ("--fault", fault, "--strategy", strategy, "--page-size", str(page_size))
-    summary, found = _mrc_demo(tmp_path, fault, *args, verify=verify, release=mrc_release, env={LOG_ENV: str(log)})
+    summary, found = _mrc_demo(tmp_path, *args, verify=verify, release=mrc_release, env={LOG_ENV: str(log)})
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["step"] is not None for a in actions)
     first = min(a["step"] for a in actions)
@@ -272,7 +256,7 @@ def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_p
     """0.5.15's mix_with_running -> merge_batch drops the prefill rows' track fields (#24613, as
     on 0.5.21-0.5.22 above): the mixed forward never writes the ping-pong slots it donates. No
     fault injected; without write hooks here, the fingerprints and T2 see it."""
-    summary, found = _mrc_demo(tmp_path, "mixed", "--mixed-chunk", "--page-size", "1")
+    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1")
     stats = summary["stats"]
     assert stats["paths"]["mixed batch"] > 0
     assert stats["verify"]["mismatches"] > 0  # the cached states are wrong
@@ -287,7 +271,7 @@ def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_p
 def test_a_mamba_radix_cache_release_reads_the_mamba2_model_clean(tmp_path: Path) -> None:
     """nemotron-h (extra_buffer, page 16) without T2: transformers 5.12.1 loads the tiny NemotronH
     with its layers shifted (README), and the engine oracle needs Req.kv (0.5.22+)."""
-    summary, found = _mrc_demo(tmp_path, "nemotron", "--model", "nemotron-h", verify="engine")
+    summary, found = _mrc_demo(tmp_path, "--model", "nemotron-h", verify="engine")
     stats = summary["stats"]
     assert stats["paths"]["finish donation"] > 0 and stats["evicted_mamba_slots"] > 0
     assert found == []  # provenance included: the decode track plans are hooked (11 false alarms before)
