@@ -104,7 +104,7 @@ class _CacheHooks:
         req = _arg(args, kwargs, 0, "params").req
         if req is not None:
             self.sink.request = req
-        cow = req.kv.mamba_cow_src_index if req is not None else None
+        cow = kv_of(req).mamba_cow_src_index if req is not None else None
         hit_len = ret.device_prefix_len if hasattr(ret, "device_prefix_len") else len(ret.device_indices)  # 0.5.21
         self.sink.emit(
             MatchEvent,
@@ -180,8 +180,9 @@ class _CacheHooks:
         index = -1
         if donated:
             # 0.5.21 has no mamba_keep_idx: its cleanup keeps the last tracked index.
-            keep = getattr(params, "mamba_keep_idx", req.kv.mamba_last_track_idx)
-            index = _opt(keep if is_finished else req.kv.mamba_last_track_idx)
+            last = kv_of(req).mamba_last_track_idx
+            keep = getattr(params, "mamba_keep_idx", last)
+            index = _opt(keep if is_finished else last)
         self.sink.emit(
             InsertEvent,
             rid=Rid(req.rid),

@@ -121,8 +121,6 @@ UNIFIED_TREE_CORE = Generation(
     ),
     adapter="adapter_0523",
     pools_reader="pools_0523",
-    # the request's KV record holds its req_to_token row (0.5.19+; 0.5.18's Req keeps it itself)
-    features=("managers.schedule_batch.ReqKvInfo.req_pool_idx",),
 )
 MAMBA_RADIX_CACHE = Generation(
     name="mamba-radix-cache",

@@ -1,4 +1,4 @@
-"""The hook table of the UnifiedRadixCache generation (sglang 0.5.23; fallback rows for 0.5.19-0.5.22): every sglang method
+"""The hook table of the UnifiedRadixCache generation (sglang 0.5.23; fallback rows for 0.5.17-0.5.22): every sglang method
 mcinspect hooks, when, which body (by name: events.py, state_log.py, write_hooks.py,
 cow_hooks.py, plugin.py bind them) and what it does. The one place these targets live: the
 plugin registers from it, `mcinspect hooks` prints it, and the README's table is checked
@@ -83,7 +83,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{CACHE}.checkpoint_into_tree", "around", "cache.checkpoint", "around", "which request a chunk checkpoint's lock moves belong to", "the request of a checkpoint's lock moves",
          fallbacks=(Hook(f"{CACHE}.cache_unfinished_req", "around", "cache.checkpoint", "around", "0.5.21: the same for its chunk checkpoint (insert, rematch, lock move; a finished request's insert_req moves no lock)", "the request of a checkpoint's lock moves"),)),
     Hook(f"{CACHE}.evict", "around", "cache.evict", "around", "one EvictEvent per outermost eviction: nodes, slots, tokens", "EvictEvents"),
-    Hook(f"{CACHE}.evict_for_alloc", "around", "cache.evict", "around", "one EvictEvent per outermost eviction: nodes, slots, tokens", "EvictEvents of allocation-time evictions"),
+    Hook(f"{CACHE}.evict_for_alloc", "around", "cache.evict", "around", "one EvictEvent per outermost eviction: nodes, slots, tokens", "EvictEvents of allocation-time evictions (none lost on 0.5.17-0.5.18: their allocation evicts through `evict`)"),
     Hook(f"{MAMBA_ALLOCATOR}._do_alloc", "after", "pools.allocated", "observed", "SlotEvent alloc", "SlotEvents"),
     Hook(f"{MAMBA_ALLOCATOR}.free", "before", "pools.freeing", "observed", "SlotEvent free", "SlotEvents"),
     Hook(f"{MAMBA_ALLOCATOR}.alloc_group_begin", "before", "pools.group_begin", "observed", "an admission group opens: its pre-allocated slots", "admission-group slots show as unowned"),

@@ -42,6 +42,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from .req_kv import fields_of, kv_of
+
 T = TypeVar("T")
 
 DUMMY_SLOT = 0
@@ -156,7 +158,7 @@ class ReferencePrefill:
             req.set_extend_range(0, len(tokens))
         else:
             req.extend_end = len(tokens)  # the whole prefix in one extend (prefix_len stays 0)
-        kv = req.kv
+        kv = fields_of(req)
         # The dummy slot as working and track slots: alloc() takes no slot for a request that
         # holds them already; the forward's deferred clear zeroes it first.
         kv.mamba_pool_idx = torch.tensor(DUMMY_SLOT, dtype=torch.int64, device=self._device)
@@ -193,7 +195,7 @@ class ReferencePrefill:
             runner.forward(forward_batch)
 
     def _free(self, req: Any, batch: Any) -> None:
-        kv = req.kv
+        kv = fields_of(req)
         if batch is not None and getattr(batch, "out_cache_loc", None) is not None:
             self.allocator.free(batch.out_cache_loc)
         cache = self.pool.mamba_pool.mamba_cache
@@ -204,7 +206,7 @@ class ReferencePrefill:
         if hasattr(kv, "mamba_ping_pong_empty"):
             kv.mamba_ping_pong_empty = None
         kv.mamba_needs_clear = False
-        if kv.holds_kv:
+        if kv_of(req).holds_kv:
             self.pool.free(req)
 
 

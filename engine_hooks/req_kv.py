@@ -1,6 +1,7 @@
 """A request's cache fields under the names sglang 0.5.23 gives them (`req.kv`, a ReqKvInfo),
 on every generation: the MambaRadixCache releases (0.5.12-0.5.15) keep the same fields on the
-`Req` itself, without the derived ones. Read-only: nothing here writes to sglang."""
+`Req` itself, without the derived ones; 0.5.16-0.5.18 keep them there too, their ReqKvInfo
+holding only the KV lengths. Read-only: nothing here writes to sglang."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ from typing import Any
 
 
 def kv_of(req: Any) -> Any:
-    """`req.kv` where sglang has it, else a `FlatKv` view of the request's own fields."""
+    """`req.kv` where it holds the request's row (0.5.19 on), else a `FlatKv` view of the
+    request's own fields."""
     kv = getattr(req, "kv", None)
-    return kv if kv is not None else FlatKv(req)
+    return kv if kv is not None and hasattr(kv, "req_pool_idx") else FlatKv(req)
+
+
+def fields_of(req: Any) -> Any:
+    """The object that holds a request's cache fields: `req.kv` from 0.5.19, the `Req` itself
+    before. Only the reference oracle writes through it, to its own request."""
+    kv = getattr(req, "kv", None)
+    return kv if kv is not None and hasattr(kv, "req_pool_idx") else req
 
 
 def node_id_of(node: Any) -> int:
@@ -37,9 +46,11 @@ def key_tokens(key: Any) -> Any:
 
 
 class FlatKv:
-    """ReqKvInfo's names over a MambaRadixCache-generation `Req`: the fields it has are read
-    through; `holds_kv`, `holds_mamba` and `mamba_last_track_idx` are derived as 0.5.23
-    derives them; `mamba_prev_track_seqlen` does not exist there (None)."""
+    """ReqKvInfo's names over a `Req` that keeps them itself (0.5.12-0.5.18): the fields it has
+    are read through, the KV lengths from 0.5.16-0.5.18's slim `req.kv` (None once released:
+    0); `holds_kv`, `holds_mamba` and (where the Req has no field for it, before 0.5.16)
+    `mamba_last_track_idx` are derived as 0.5.23 derives them; `mamba_prev_track_seqlen` does
+    not exist there (None)."""
 
     __slots__ = ("req",)
 
@@ -49,9 +60,15 @@ class FlatKv:
         self.req = req
 
     def __getattr__(self, name: str) -> Any:
+        value = getattr(self.req, name, _MISSING)
+        if value is not _MISSING:
+            return value
         if name in _ABSENT:  # 0.5.12 copies a hit's state at the match: no deferred copy fields
-            return getattr(self.req, name, _ABSENT[name])
-        return getattr(self.req, name)
+            return _ABSENT[name]
+        if name in _SLIM_KV:  # 0.5.16-0.5.18: in req.kv, which release_kv_cache sets to None
+            kv = getattr(self.req, "kv", None)
+            return getattr(kv, name) if kv is not None else 0
+        raise AttributeError(f"{type(self.req).__name__} has no {name}")
 
     @property
     def holds_kv(self) -> bool:
@@ -67,6 +84,8 @@ class FlatKv:
         `get_mamba_ping_pong_keep_idx`): the other entry after the eager swap, the next one
         under extra_buffer_lazy (whose second entry stays -1 until a boundary)."""
         req = self.req
+        if hasattr(req, "mamba_last_track_idx"):  # 0.5.16-0.5.18 keep it (sglang sets it at each track)
+            return req.mamba_last_track_idx
         buffer, following = req.mamba_ping_pong_track_buffer, req.mamba_next_track_idx
         if buffer is None or following is None:
             return None
@@ -75,7 +94,9 @@ class FlatKv:
         return 1 - int(following)
 
 
+_MISSING = object()
 _ABSENT = {"mamba_cow_src_index": None, "mamba_needs_clear": False}
+_SLIM_KV = ("kv_allocated_len", "swa_evicted_seqlen")
 
 
 def _lazy() -> bool:
