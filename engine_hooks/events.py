@@ -34,7 +34,7 @@ from .event_sink import DeferredSlot, DeferredSlots, EventSink
 from .events_mrc import MrcHooks
 from .guard import ErrorCounter
 from .hooks_0523 import Hook
-from .req_kv import kv_of
+from .req_kv import decode_track_entries, decode_track_mask, kv_of
 from .state_log import StateLog
 from .write_hooks import WriteHooks
 
@@ -250,10 +250,10 @@ class _PoolHooks:
         self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=DeferredSlot(slot), position=position, forward="extend")
 
     def decode_track(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
-        mask = getattr(batch, "mamba_track_mask_cpu", None)
+        mask = decode_track_mask(batch)
         if not mask or True not in mask:
             return
-        rows = zip(batch.reqs, mask, batch.mamba_track_buffer_indices, batch.seq_lens_cpu.tolist())
+        rows = zip(batch.reqs, mask, decode_track_entries(batch), batch.seq_lens_cpu.tolist())
         for req, at_boundary, position, seqlen in rows:
             buffer = kv_of(req).mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:

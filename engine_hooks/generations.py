@@ -10,7 +10,7 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 
 | generation | releases tested | tree | read by |
 |---|---|---|---|
-| unified-tree-core | 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
+| unified-tree-core | 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
 | mamba-radix-cache | 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
@@ -19,7 +19,12 @@ for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `devi
 `cache_finished_req` (insert, row free, unlock): fallback rows before / after it for
 `claim_kv_row` / `on_release`. 0.5.19 as 0.5.20, its components in the modules before the rename
 (`components/full_component.py`, `mamba_component.py`: fallback rows), no `track_ssm_recompute_dst`
-(read where present). 0.5.13 and 0.5.14 run the deferred copy-on-write in the mamba attention
+(read where present). 0.5.18 as 0.5.19, without `evict_for_alloc` (skipped: its allocation evicts
+through `evict`), its requests keeping their row and mamba fields on the `Req` (its ReqKvInfo holds
+only the KV lengths: req_kv.kv_of reads the Req there). 0.5.17 as 0.5.18, its Req without
+`mamba_last_track_idx` (derived, as before 0.5.16) and its decode batch without
+`mamba_track_mask_cpu` / `mamba_track_buffer_indices` (req_kv.decode_track_mask / entries recompute
+sglang's rule). 0.5.13 and 0.5.14 run the deferred copy-on-write in the mamba attention
 backend (the `cow.copy` row's fallback), and 0.5.13 names the strategy `mamba_scheduler_strategy`
 and keeps a RadixKey's tokens in `token_ids` (read where present). 0.5.12 has neither admission
 groups nor the deferred copy-on-write (four rows skipped: a hit's state is copied at the match), its
@@ -27,10 +32,10 @@ MambaPool allocates (fallback rows), its pool names the kept ping-pong entry onl
 one, it has no extra_buffer_lazy, its prefill track plan is appended to the batch's lists (no
 entry returned) and a chunk checkpoint inserts a fork, not the donated slot (all read where
 present: events_mrc, req_kv, events.prefill_track). Not supported (README "sglang
-releases"): the UnifiedRadixCache releases before 0.5.19 (0.5.18's ReqKvInfo has no `req_pool_idx`:
-`features`; its MambaRadixCache methods fit mamba-radix-cache, whose adapter refuses the scheduler's
-UnifiedRadixCache) and releases before 0.5.12 (0.5.11 has the HookRegistry, not run; 0.5.10 and
-earlier have none).
+releases"): 0.5.16, whose UnifiedRadixCache keeps its nodes itself (no UnifiedTreeCore, no
+components package: the unified generation lacks its required rows; its MambaRadixCache methods
+fit mamba-radix-cache, whose adapter refuses the scheduler's UnifiedRadixCache), and releases
+before 0.5.12 (0.5.11 has the HookRegistry, not run; 0.5.10 and earlier have none).
 """
 
 from __future__ import annotations
@@ -90,8 +95,6 @@ class Generation:
     """Its tree adapter module: `refusal(tree_cache)` and `tree_view(tree_cache)`."""
     pools_reader: str
     """Its pools-and-requests module (the functions and readers of pools_0523)."""
-    features: tuple[str, ...] = ()
-    """What its readers need of sglang besides the hooks (targets relative to `sglang.srt.`)."""
 
     def refusal(self, tree_cache: Any) -> str:
         """Why the adapter cannot read `tree_cache` ("" when it can)."""
@@ -111,7 +114,7 @@ class Generation:
 
 UNIFIED_TREE_CORE = Generation(
     name="unified-tree-core",
-    releases=("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+    releases=("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
     hooks=HOOKS,
     required=tuple(
         h.target
@@ -207,7 +210,6 @@ def select() -> Selection | Unsupported:
     tried = []
     for generation in GENERATIONS:
         missing = [t for t in generation.required if not _resolves_or_falls_back(generation, t)]
-        missing += [f for f in generation.features if not resolves(f)]
         if missing:
             tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
             continue

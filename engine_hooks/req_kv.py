@@ -115,3 +115,27 @@ def prefill_track_mask(batch: Any) -> list[bool] | None:
         return batch.mamba_prefill_track_mask_cpu
     mask = getattr(batch, "mamba_track_mask", None)
     return None if mask is None else [bool(x) for x in mask.tolist()]
+
+
+def decode_track_mask(batch: Any) -> list[bool] | None:
+    """Which rows of a decode batch just prepared write a track slot: `mamba_track_mask_cpu`
+    (0.5.18 on); 0.5.17 keeps only the device mask, built by the rule recomputed here
+    (`seq_lens_cpu % mamba_track_interval == 0`). None: the batch tracks nothing."""
+    if hasattr(batch, "mamba_track_mask_cpu"):
+        return batch.mamba_track_mask_cpu
+    if getattr(batch, "mamba_track_mask", None) is None:
+        return None
+    from sglang.srt.server_args import get_global_server_args
+
+    interval = get_global_server_args().mamba_track_interval
+    return [seqlen % interval == 0 for seqlen in batch.seq_lens_cpu.tolist()]
+
+
+def decode_track_entries(batch: Any) -> list[int]:
+    """The ping-pong entry each row's decode track writes: `mamba_track_buffer_indices` (0.5.18
+    on), else the one 0.5.17's `set_mamba_track_indices_from_reqs` gathers (`mamba_next_track_idx`,
+    0 where unset; its lazy mode has moved it to the new slot by then)."""
+    entries = getattr(batch, "mamba_track_buffer_indices", None)
+    if entries is not None:
+        return entries
+    return [index if (index := kv_of(req).mamba_next_track_idx) is not None else 0 for req in batch.reqs]

@@ -27,7 +27,7 @@ from typing import Any
 from mcinspect.schema import BatchOrigin, NodeId, Rid, SlotId, Step
 
 from .reference import RID_PREFIX
-from .req_kv import key_tokens, kv_of, prefill_track_mask
+from .req_kv import decode_track_entries, decode_track_mask, key_tokens, kv_of, prefill_track_mask
 from .tensor_runs import IndexValue, ints_of_many
 
 PATHS = ("prefill checkpoint", "decode checkpoint", "chunk donation", "finish donation", "copy-on-write", "mixed batch")
@@ -105,10 +105,10 @@ class StateLog:
 
     def decode_planned(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
         """After ScheduleBatch.prepare_for_decode: requests at a checkpoint boundary."""
-        mask = getattr(batch, "mamba_track_mask_cpu", None)
+        mask = decode_track_mask(batch)
         if not mask or True not in mask:
             return
-        rows = zip(batch.reqs, mask, batch.mamba_track_buffer_indices, batch.seq_lens_cpu.tolist())
+        rows = zip(batch.reqs, mask, decode_track_entries(batch), batch.seq_lens_cpu.tolist())
         for i, (req, at_boundary, position, seqlen) in enumerate(rows):
             buffer = kv_of(req).mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:

@@ -22,7 +22,7 @@ from mcinspect.schema import Rid, TrackWriteEvent
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 from .reference import RID_PREFIX
-from .req_kv import kv_of, prefill_track_mask
+from .req_kv import decode_track_mask, kv_of, prefill_track_mask
 
 
 class WriteHooks:
@@ -52,7 +52,7 @@ class WriteHooks:
             self._own(req, int(seqlen) if tracked and seqlen is not None else -1)
 
     def decode_prepared(self, ret: Any, batch: Any, /, *args: Any, **kwargs: Any) -> None:
-        mask = getattr(batch, "mamba_track_mask_cpu", None) or [False] * len(batch.reqs)
+        mask = decode_track_mask(batch) or [False] * len(batch.reqs)
         lens = batch.seq_lens_cpu.tolist() if getattr(batch, "seq_lens_cpu", None) is not None else [-1] * len(batch.reqs)
         self._decode_rows = []
         planned = getattr(batch, "mamba_track_indices", None)

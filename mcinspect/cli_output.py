@@ -407,7 +407,7 @@ def print_hooks(selection: Any) -> None:
     stdout.print(table)
     if selection.skipped:
         stdout.print(selection.skipped_line(), highlight=False)
-    for other in selection.passed_over:  # e.g. 0.5.16-0.5.18: a UnifiedRadixCache the adapter above refuses
+    for other in selection.passed_over:  # e.g. 0.5.16: a UnifiedRadixCache the adapter above refuses
         stdout.print(
             f"not read in this sglang: {other}; an engine whose scheduler builds that generation's cache "
             "runs with the hooks off and says so in its log",

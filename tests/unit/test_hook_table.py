@@ -91,21 +91,23 @@ def test_a_release_that_releases_requests_elsewhere_is_refused_naming_what_it_la
     assert "it reads 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23" in selection.reason
 
 
-def test_a_release_whose_requests_keep_their_own_row_is_refused_naming_it(monkeypatch) -> None:
-    """0.5.18's shape: every hook (or fallback) exists, but Req.kv has no req_pool_idx."""
-    _as_release(monkeypatch, ("req_pool_idx",), ())
+def test_a_release_whose_requests_keep_their_own_row_is_read_by_the_unified_generation(monkeypatch) -> None:
+    """0.5.17-0.5.18's shape: ReqKvInfo has no req_pool_idx (the Req keeps it: req_kv reads it
+    there) and no evict_for_alloc, which alone is skipped."""
+    _as_release(monkeypatch, ("req_pool_idx", "evict_for_alloc"), ())
     selection = select()
-    assert not isinstance(selection, Selection)
-    assert "unified-tree-core (lacks managers.schedule_batch.ReqKvInfo.req_pool_idx)" in selection.reason
+    assert isinstance(selection, Selection) and selection.generation is UNIFIED_TREE_CORE
+    assert [h.target.rsplit(".", 1)[-1] for h in selection.skipped] == ["evict_for_alloc"]
+    assert "none lost on 0.5.17-0.5.18" in selection.skipped_line()
 
 
 def test_the_hook_table_names_a_generation_this_release_was_passed_over_for(capsys) -> None:
-    """0.5.16-0.5.18: MambaRadixCache's methods fit, the unified generation does not; `mcinspect
+    """0.5.16: MambaRadixCache's methods fit, the unified generation does not; `mcinspect
     hooks` says the unified cache those releases build is not read (the engine's log says so too)."""
     from mcinspect.cli_output import print_hooks
 
     assert select().passed_over == ()  # 0.5.23: the first generation fits
-    lacking = "unified-tree-core (lacks managers.schedule_batch.ReqKvInfo.req_pool_idx)"
+    lacking = "unified-tree-core (lacks its tree core)"
     print_hooks(dataclasses.replace(resolve(UNIFIED_TREE_CORE), passed_over=(lacking,)))
     printed = " ".join(capsys.readouterr().out.split())
     assert f"not read in this sglang: {lacking}; an engine whose scheduler builds" in printed

@@ -22,7 +22,7 @@ from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE, resolve, select  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_engine_hooks.hooks_mrc import HOOKS  # noqa: E402
-from mcinspect_engine_hooks.req_kv import FlatKv, key_tokens, kv_of, node_id_of, prefix_len_of  # noqa: E402
+from mcinspect_engine_hooks.req_kv import FlatKv, fields_of, key_tokens, kv_of, node_id_of, prefix_len_of  # noqa: E402
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import factory  # noqa: E402
@@ -57,8 +57,24 @@ def test_a_flat_request_reads_as_req_kv(monkeypatch: pytest.MonkeyPatch) -> None
     assert kv_of(_flat_req()).mamba_last_track_idx == 0  # lazy: the state stays at next_track_idx
     assert node_id_of(_flat_req().last_node) == 12 and node_id_of(4) == 4 and node_id_of(None) == -1
     assert prefix_len_of(_flat_req()) == 32
-    with_kv = SimpleNamespace(kv="info", prefix_len=9)
-    assert kv_of(with_kv) == "info" and prefix_len_of(with_kv) == 9
+    info = SimpleNamespace(req_pool_idx=3)  # 0.5.19 on: the ReqKvInfo holds the row
+    with_kv = SimpleNamespace(kv=info, prefix_len=9)
+    assert kv_of(with_kv) is info and fields_of(with_kv) is info and prefix_len_of(with_kv) == 9
+
+
+def test_a_request_with_a_slim_kv_reads_its_own_fields() -> None:
+    """0.5.16-0.5.18: the Req keeps its row and mamba fields (`mamba_last_track_idx` too), its
+    `req.kv` only the KV lengths, and release_kv_cache sets that to None."""
+    slim = SimpleNamespace(kv_allocated_len=80, swa_evicted_seqlen=0)
+    req = _flat_req(kv=slim, kv_committed_len=70, mamba_last_track_idx=0)
+    kv = kv_of(req)
+    assert isinstance(kv, FlatKv) and fields_of(req) is req
+    assert (kv.req_pool_idx, kv.kv_allocated_len, kv.kv_committed_len) == (3, 80, 70)
+    assert kv.mamba_last_track_idx == 0  # the Req's own (derived, the eager swap would say 1)
+    released = kv_of(_flat_req(kv=None, req_pool_idx=None, mamba_last_track_idx=None))
+    assert released.kv_allocated_len == 0 and not released.holds_kv and released.mamba_last_track_idx is None
+    with pytest.raises(AttributeError):
+        kv.no_such_field  # noqa: B018 - a name neither the Req nor its kv has is not made up
 
 
 def test_a_key_reads_its_tokens_with_or_without_raw_token_ids() -> None:

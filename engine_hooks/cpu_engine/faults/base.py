@@ -24,11 +24,14 @@ REQ_TO_TOKEN_POOL = SRT + "mem_cache.memory_pool.HybridReqToTokenPool"
 TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_track_plan"
 MAMBA2_METADATA = SRT + "layers.attention.mamba.mamba2_metadata.Mamba2Metadata"
 
-REAL_37836 = (
-    "0.5.19",
-    "sglang 0.5.19 has #37836 for real (its Mamba2 track plan indexes the chunk states per request): "
-    "T2 fires on the unpatched nemotron-h engine, so a fault caught by T2 proves nothing there "
-    "(test_releases shows the real bug caught)",
+REAL_37836 = tuple(
+    (
+        release,
+        f"sglang {release} has #37836 for real (its Mamba2 track plan indexes the chunk states per request): "
+        "T2 fires on the unpatched nemotron-h engine, so a fault caught by T2 proves nothing there "
+        "(test_releases shows the real bug caught)",
+    )
+    for release in ("0.5.18", "0.5.19")
 )
 """Where the unpatched engine already caches wrong Mamba2 states (#37836, fixed in 0.5.20)."""
 

@@ -116,7 +116,7 @@ ZERO_INITIAL_STATE = Fault(
     ),
     expected_checks=(RECOMPUTE_CHECK,),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    real_on=(REAL_37836,),
+    real_on=REAL_37836,
     families=ALL_FAMILIES,  # Mamba2: sglang's own gate; gated delta net: re-created
     hooks=(
         Hook(f"{MAMBA2_METADATA}.prepare_mixed", "after", gate_initial_states_by_track_mask),

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ...req_kv import fields_of
 from .base import (
     ALL_STRATEGIES,
     EXTRA_BUFFER_STRATEGIES,
@@ -119,9 +120,10 @@ def credit_one_page_late(component: Any, req: Any, insert_params: Any, token_ids
     The slot holds the state at the seqlen the track plan chose; the donation names it
     one page later, so the node it lands on is one page deeper than its state.
     """
-    if component.cache.enable_mamba_extra_buffer and req.kv.mamba_last_track_seqlen:
-        req.kv.mamba_last_track_seqlen += component.cache.page_size
-        if req.kv.mamba_last_track_seqlen <= token_ids_len:  # else capped and floored back: harmless
+    fields = fields_of(req)  # req.kv, or the Req itself before 0.5.19
+    if component.cache.enable_mamba_extra_buffer and fields.mamba_last_track_seqlen:
+        fields.mamba_last_track_seqlen += component.cache.page_size
+        if fields.mamba_last_track_seqlen <= token_ids_len:  # else capped and floored back: harmless
             log_faulty_action("track-off-by-one", rid=req.rid)
 
 
@@ -155,7 +157,7 @@ WRONG_CHUNK_STATE = Fault(
     ),
     expected_checks=(RECOMPUTE_CHECK,),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    real_on=(REAL_37836,),
+    real_on=REAL_37836,
     hooks=(
         Hook(
             TRACK_PLAN,

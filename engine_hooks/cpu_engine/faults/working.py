@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...req_kv import prefix_len_of
+from ...req_kv import kv_of, prefix_len_of
 from .base import EXTRA_BUFFER_STRATEGIES, SRT, Fault, Hook, log_faulty_action
 
 SCHEDULE_BATCH = SRT + "managers.schedule_batch.ScheduleBatch"
@@ -48,11 +48,11 @@ def drop_copy_on_write(original: Callable[..., Any], batch: Any, reqs: Any) -> A
     the deferred copy is not carried to the next forward (#24954): the working slot keeps what
     its previous owner left there."""
     page = batch.tree_cache.page_size
-    victims = [r for r in reqs if r.kv.mamba_cow_src_index is not None and prefix_len_of(r) > 0 and _caches_nothing(r, page)]
+    victims = [r for r in reqs if kv_of(r).mamba_cow_src_index is not None and prefix_len_of(r) > 0 and _caches_nothing(r, page)]
     result = original(batch, reqs)
     if not victims or batch.mamba_cow_dst_indices is None:
         return result
-    lost = {int(r.kv.mamba_pool_idx) for r in victims}
+    lost = {int(kv_of(r).mamba_pool_idx) for r in victims}
     keep = [i for i, dst in enumerate(batch.mamba_cow_dst_indices.tolist()) if dst not in lost]
     if len(keep) == batch.mamba_cow_dst_indices.numel():
         return result
@@ -62,7 +62,7 @@ def drop_copy_on_write(original: Callable[..., Any], batch: Any, reqs: Any) -> A
     else:
         batch.mamba_cow_src_indices = batch.mamba_cow_dst_indices = None
     for req in victims:
-        log_faulty_action("dropped-cow", slot=int(req.kv.mamba_pool_idx), rid=req.rid)
+        log_faulty_action("dropped-cow", slot=int(kv_of(req).mamba_pool_idx), rid=req.rid)
     return result
 
 
