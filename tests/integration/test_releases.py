@@ -5,8 +5,8 @@ unsupported one runs with the hooks off and says why in one line, in the engine'
 `mcinspect info` and as the demo's error.
 
 CI runs 0.5.22's own mixed-chunk bug caught (CI's time budget); MCINSPECT_RELEASE_MATRIX=1
-adds its clean demo, 0.5.21, 0.5.20 and 0.5.19 (the same two), the whole fault library per release
-(less the faults a release has for real), 0.5.19's own #37836 caught, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
+adds its clean demo, 0.5.21, 0.5.20, 0.5.19, 0.5.18 and 0.5.17 (the same two), the whole fault library per release
+(less the faults a release has for real), 0.5.19's and 0.5.18's own #37836 caught, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
 from __future__ import annotations
@@ -28,16 +28,17 @@ from engine_runs import free_port_pair, opt_in
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASES = ("0.5.22", "0.5.21", "0.5.20", "0.5.19", "0.5.18")
+RELEASES = ("0.5.22", "0.5.21", "0.5.20", "0.5.19", "0.5.18", "0.5.17")
 """The supported releases of the unified generation besides the main venv's 0.5.23 (engine_hooks/generations.py)."""
-SKIPPED = {"0.5.18": ["mem_cache.unified_radix_cache.UnifiedRadixCache.evict_for_alloc"]}
-"""Hooks a release lacks, fallback included (0.5.18 evicts at allocation through `evict`, hooked)."""
+SKIPPED = {release: ["mem_cache.unified_radix_cache.UnifiedRadixCache.evict_for_alloc"] for release in ("0.5.18", "0.5.17")}
+"""Hooks a release lacks, fallback included (0.5.17-0.5.18 evict at allocation through `evict`, hooked)."""
 IN_CI = ("0.5.22",)
 """The release CI runs, for its mixed-chunk bug caught on the unpatched engine (CI's time
 budget); MCINSPECT_RELEASE_MATRIX=1 runs every test on every release."""
-UNSUPPORTED = "0.5.18"
-"""The newest release the adapters do not read (its ReqKvInfo has no req_pool_idx; its
-MambaRadixCache methods select mamba-radix-cache, whose adapter refuses the UnifiedRadixCache)."""
+UNSUPPORTED = "0.5.16"
+"""The newest release the adapters do not read (its UnifiedRadixCache has no tree core and no
+components package; its MambaRadixCache methods select mamba-radix-cache, whose adapter refuses the
+UnifiedRadixCache)."""
 MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
 
 

@@ -12,7 +12,7 @@ from mcinspect.cli import app
 from mcinspect_engine_hooks.config import HooksConfig
 from mcinspect_engine_hooks.unsupported import UnsupportedInspector
 
-REASON = "sglang 0.5.18 is not supported by mcinspect (it reads 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23, 0.5.12, 0.5.13, 0.5.14, 0.5.15); no generation fits: unified-tree-core (lacks ...)"
+REASON = "sglang 0.5.16 is not supported by mcinspect (it reads 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23, 0.5.12, 0.5.13, 0.5.14, 0.5.15); no generation fits: unified-tree-core (lacks ...)"
 
 
 def _free_port_pair() -> int:
