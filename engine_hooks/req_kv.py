@@ -1,6 +1,6 @@
 """A request's cache fields under the names sglang 0.5.23 gives them (`req.kv`, a ReqKvInfo),
 on every generation: the MambaRadixCache releases (0.5.12-0.5.15) keep the same fields on the
-`Req` itself, without the derived ones; 0.5.16-0.5.18 keep them there too, their ReqKvInfo
+`Req` itself, without the derived ones; 0.5.17-0.5.18 keep them there too, their ReqKvInfo
 holding only the KV lengths. Read-only: nothing here writes to sglang."""
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def key_tokens(key: Any) -> Any:
 
 class FlatKv:
     """ReqKvInfo's names over a `Req` that keeps them itself (0.5.12-0.5.18): the fields it has
-    are read through, the KV lengths from 0.5.16-0.5.18's slim `req.kv` (None once released:
-    0); `holds_kv`, `holds_mamba` and (where the Req has no field for it, before 0.5.16)
+    are read through, the KV lengths from 0.5.17-0.5.18's slim `req.kv` (None once released:
+    0); `holds_kv`, `holds_mamba` and (where the Req has no field for it: before 0.5.18)
     `mamba_last_track_idx` are derived as 0.5.23 derives them; `mamba_prev_track_seqlen` does
     not exist there (None)."""
 
@@ -65,7 +65,7 @@ class FlatKv:
             return value
         if name in _ABSENT:  # 0.5.12 copies a hit's state at the match: no deferred copy fields
             return _ABSENT[name]
-        if name in _SLIM_KV:  # 0.5.16-0.5.18: in req.kv, which release_kv_cache sets to None
+        if name in _SLIM_KV:  # 0.5.17-0.5.18: in req.kv, which release_kv_cache sets to None
             kv = getattr(self.req, "kv", None)
             return getattr(kv, name) if kv is not None else 0
         raise AttributeError(f"{type(self.req).__name__} has no {name}")
@@ -84,7 +84,7 @@ class FlatKv:
         `get_mamba_ping_pong_keep_idx`): the other entry after the eager swap, the next one
         under extra_buffer_lazy (whose second entry stays -1 until a boundary)."""
         req = self.req
-        if hasattr(req, "mamba_last_track_idx"):  # 0.5.16-0.5.18 keep it (sglang sets it at each track)
+        if hasattr(req, "mamba_last_track_idx"):  # 0.5.18 keeps it (sglang sets it at each track)
             return req.mamba_last_track_idx
         buffer, following = req.mamba_ping_pong_track_buffer, req.mamba_next_track_idx
         if buffer is None or following is None:

@@ -63,8 +63,8 @@ def test_a_flat_request_reads_as_req_kv(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_a_request_with_a_slim_kv_reads_its_own_fields() -> None:
-    """0.5.16-0.5.18: the Req keeps its row and mamba fields (`mamba_last_track_idx` too), its
-    `req.kv` only the KV lengths, and release_kv_cache sets that to None."""
+    """0.5.17-0.5.18: the Req keeps its row and mamba fields (0.5.18 `mamba_last_track_idx` too),
+    its `req.kv` only the KV lengths, and release_kv_cache sets that to None."""
     slim = SimpleNamespace(kv_allocated_len=80, swa_evicted_seqlen=0)
     req = _flat_req(kv=slim, kv_committed_len=70, mamba_last_track_idx=0)
     kv = kv_of(req)
