@@ -68,13 +68,7 @@ def test_the_demo_reads_the_release_clean(release: tuple[str, str], tmp_path: Pa
     version, mcinspect = release
     if os.environ.get(MATRIX_ENV) != "1":  # CI: 0.5.23's runs are read clean (test_embedded_engine)
         pytest.skip(f"CI's time budget: {MATRIX_ENV}=1 runs it")
-    recording = tmp_path / "run.mcrec"
-    demo = subprocess.run(
-        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording)],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **VERIFY_ENV},
-    )  # fmt: skip
-    assert demo.returncode == 0, demo.stderr[-3000:]
-    summary = json.loads(demo.stdout)
+    found, summary = record_and_check(tmp_path, env={**os.environ, **VERIFY_ENV}, requests=40, mcinspect=mcinspect)
     engine, stats = summary["engine"], summary["stats"]
     assert engine["sglang_version"] == version and engine["hooks_generation"] == "unified-tree-core"
     assert engine["hooks_skipped"] == []  # every hook, or its fallback, exists in the release
@@ -82,8 +76,7 @@ def test_the_demo_reads_the_release_clean(release: tuple[str, str], tmp_path: Pa
     assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0
     verify = stats["verify"]
     assert verify["verified"] > 0 and verify["working"] > 0 and verify["mismatches"] == 0
-    check = subprocess.run([mcinspect, "check", str(recording)], capture_output=True, text=True, timeout=300)
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert found == []
 
 
 @pytest.mark.parametrize("fault, model, strategy, page_size", fault_cases())
@@ -102,19 +95,11 @@ def test_the_real_mixed_chunk_bug_of_the_release_is_caught_on_the_unpatched_engi
     version, mcinspect = release
     if version != IN_CI[0] and os.environ.get(MATRIX_ENV) != "1":
         pytest.skip(f"CI's time budget: {MATRIX_ENV}=1 runs it")
-    recording = tmp_path / "mixed.mcrec"
-    demo = subprocess.run(
-        [mcinspect, "demo", "--json", "--requests", "40", "--port", str(free_port_pair()), "--record", str(recording),
-         "--mixed-chunk", "--page-size", "1"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **VERIFY_ENV},
-    )  # fmt: skip
-    assert demo.returncode == 0, demo.stderr[-3000:]
-    summary = json.loads(demo.stdout)
+    found, summary = record_and_check(
+        tmp_path, "--mixed-chunk", "--page-size", "1", env={**os.environ, **VERIFY_ENV}, requests=40, mcinspect=mcinspect
+    )
     assert summary["stats"]["paths"]["mixed batch"] > 0 and summary["stats"]["hook_errors"] == 0
     assert summary["stats"]["verify"]["mismatches"] > 0  # the cached and working states are wrong
-    check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
-    assert check.returncode == 1, check.stderr[-3000:]
-    found = [json.loads(line) for line in check.stdout.splitlines()]
     checks = {v["check"] for v in found}
     assert {"write-ran", "T2-recompute"} <= checks, checks
     first_unwritten = min(v["step"] for v in found if v["check"] == "write-ran")
