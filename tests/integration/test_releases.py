@@ -4,7 +4,8 @@ hook body working, reads clean (T2 included) and catches faults of different mec
 unsupported one runs with the hooks off and says why in one line, in the engine's log, in
 `mcinspect info` and as the demo's error.
 
-CI runs 0.5.22's own mixed-chunk bug caught (CI's time budget); MCINSPECT_RELEASE_MATRIX=1
+CI runs 0.5.22's own mixed-chunk bug caught and 0.5.15's demo read clean (one release of each
+older generation: CI's time budget); MCINSPECT_RELEASE_MATRIX=1
 adds its clean demo, 0.5.21, 0.5.20 and 0.5.19 (the same two), the whole fault library per release
 (less the faults a release has for real), 0.5.19's own #37836 caught, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +55,8 @@ def venv_of(release: str) -> Path:
     return ROOT / done.stdout.strip().splitlines()[-1]
 
 
-def _release_param(release: str) -> Any:
-    opt_in = release not in IN_CI and os.environ.get(MATRIX_ENV) != "1"
+def _release_param(release: str, in_ci: Sequence[str] | str = IN_CI) -> Any:
+    opt_in = release not in in_ci and os.environ.get(MATRIX_ENV) != "1"
     return pytest.param(release, marks=[pytest.mark.skip(reason=f"CI's time budget: {MATRIX_ENV}=1 runs it")] if opt_in else [])
 
 
@@ -188,8 +190,11 @@ def _mrc_demo(
     return summary, found
 
 
-@opt_in(MATRIX_ENV)
-@pytest.mark.parametrize("mrc_release", MRC_RELEASES)
+MRC_IN_CI = "0.5.15"
+"""The MambaRadixCache release CI reads clean (the other generation's newest: CI's time budget)."""
+
+
+@pytest.mark.parametrize("mrc_release", [_release_param(r, MRC_IN_CI) for r in MRC_RELEASES])
 def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Path) -> None:
     summary, found = _mrc_demo(tmp_path, release=mrc_release)
     stats = summary["stats"]
