@@ -16,6 +16,7 @@ from mcinspect.errors import McinspectError
 
 from ..config import PORT_ENV, PORTS_PER_PROCESS, VERIFY_ENV, VERIFY_MODES, VERIFY_RATE_ENV, VERIFY_SHARE_ENV, ConfigError, HooksConfig
 from ..families import DEFAULT_FAMILY, FAMILIES
+from ..generations import installed_release
 from . import patches
 from .tiny_model import ensure_tiny_model
 
@@ -126,6 +127,8 @@ def validate(config: EmbeddedEngineConfig) -> None:
         if config.strategy not in fault.strategies or (fault.page_sizes and config.page_size not in fault.page_sizes):
             sizes = f" with page size {', '.join(map(str, fault.page_sizes))}" if fault.page_sizes else ""
             raise EngineStartError(f"fault {fault.name} exists under {', '.join(fault.strategies)}{sizes}; adjust --strategy / --page-size")
+        if why := fault.real_in(installed_release()):  # the unpatched engine has it already: nothing to inject
+            raise EngineStartError(f"fault {fault.name} proves nothing here: {why}; run the demo without --fault to see it")
     if config.self_check and config.inspector_port is None:
         raise EngineStartError("--self-check verifies the hooks' capture; it needs the hooks (drop --no-hooks)")
     if config.verify not in VERIFY_MODES:

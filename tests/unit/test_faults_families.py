@@ -45,6 +45,16 @@ def test_launcher_refuses_a_fault_on_a_family_it_does_not_exist_in(monkeypatch: 
         validate(EmbeddedEngineConfig(model="qwen3-next", fault=only_mamba2.name))
 
 
+def test_launcher_refuses_a_fault_on_a_release_that_has_the_bug_for_real(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sglang
+
+    real_here = Fault("real-here", "test", "test", ("T2-recompute",), ("extra_buffer",), (), real_on=((sglang.__version__, "it is real"),))
+    monkeypatch.setitem(FAULTS, real_here.name, real_here)
+    with pytest.raises(EngineStartError, match=r"^fault real-here proves nothing here: it is real; run the demo without --fault"):
+        validate(EmbeddedEngineConfig(fault=real_here.name))
+    validate(EmbeddedEngineConfig(fault="wrong-chunk-state", model="nemotron-h"))  # real on 0.5.19 only
+
+
 # ---------------------------------------------------------------- #37836 on Mamba2's flat grid
 
 
