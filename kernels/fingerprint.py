@@ -110,12 +110,19 @@ def row_words(t: Tensor) -> int:
     """Elements of one slot row of one layer, after checking that the row is contiguous.
 
     Only the layer and slot strides may be arbitrary: the kernels read a row as one run."""
-    if t.dim() < 2:
-        raise PoolLayoutError(f"state tensor must be [num_layers, slots, ...], got shape {tuple(t.shape)}")
+    return _row_words(tuple(t.shape), t.stride())
+
+
+@functools.lru_cache(maxsize=64)
+def _row_words(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """`row_words` of a layout; cached: a fingerprint call asks for each pool tensor's several
+    times, and the engine's pool keeps one layout."""
+    if len(shape) < 2:
+        raise PoolLayoutError(f"state tensor must be [num_layers, slots, ...], got shape {shape}")
     expected = 1
-    for size, stride in zip(reversed(t.shape[2:]), reversed(t.stride()[2:])):
+    for size, stride in zip(reversed(shape[2:]), reversed(strides[2:])):
         if size > 1 and stride != expected:
-            raise PoolLayoutError(f"state rows must be contiguous, got strides {t.stride()}")
+            raise PoolLayoutError(f"state rows must be contiguous, got strides {strides}")
         expected *= size
     return expected
 
