@@ -126,12 +126,15 @@ class RequestReader:
         slots), gathered in one index op per mirror (None where a mirror is absent)."""
         present = [row for row in rows if row is not None]
         out: list[Any] = []
+        index = None  # one index tensor for both mirrors (they live on one device)
         for name in ("req_index_to_mamba_index_mapping", "req_index_to_mamba_ping_pong_track_buffer_mapping"):
             mirror = getattr(self.pool, name, None)
             if mirror is None or not present:
                 out.append(None)
-            else:
-                out.append(mirror[torch.tensor(present, dtype=torch.int64, device=mirror.device)])
+                continue
+            if index is None or index.device != mirror.device:
+                index = torch.tensor(present, dtype=torch.int64, device=mirror.device)
+            out.append(mirror[index])
         return out
 
     def _kv_tails(self, held: Mapping[Rid, HeldRequest]) -> list[tuple[Rid, _RowRuns, int, Any]]:

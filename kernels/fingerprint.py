@@ -1,5 +1,6 @@
 """Slot fingerprints: a 64-bit digest of each mamba slot's raw state bits, plus NaN/Inf and
-zero detection, in one pass (one Triton launch per tensor family on CUDA, torch elsewhere).
+zero detection, in one pass (one Triton launch per tensor family on CUDA, numpy on CPU tensors,
+torch elsewhere).
 
 A pool is sglang's `mamba_pool.mamba_cache`: `conv`, a list of tensors shaped
 `[num_layers, size + 1, *conv_row]`, and `temporal`, `[num_layers, size + 1, *ssm_row]`; slot s
@@ -35,6 +36,7 @@ import functools
 import os
 from typing import Literal, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -108,12 +110,19 @@ def row_words(t: Tensor) -> int:
     """Elements of one slot row of one layer, after checking that the row is contiguous.
 
     Only the layer and slot strides may be arbitrary: the kernels read a row as one run."""
-    if t.dim() < 2:
-        raise PoolLayoutError(f"state tensor must be [num_layers, slots, ...], got shape {tuple(t.shape)}")
+    return _row_words(tuple(t.shape), t.stride())
+
+
+@functools.lru_cache(maxsize=64)
+def _row_words(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """`row_words` of a layout; cached: a fingerprint call asks for each pool tensor's several
+    times, and the engine's pool keeps one layout."""
+    if len(shape) < 2:
+        raise PoolLayoutError(f"state tensor must be [num_layers, slots, ...], got shape {shape}")
     expected = 1
-    for size, stride in zip(reversed(t.shape[2:]), reversed(t.stride()[2:])):
+    for size, stride in zip(reversed(shape[2:]), reversed(strides[2:])):
         if size > 1 and stride != expected:
-            raise PoolLayoutError(f"state rows must be contiguous, got strides {t.stride()}")
+            raise PoolLayoutError(f"state rows must be contiguous, got strides {strides}")
         expected *= size
     return expected
 
@@ -231,9 +240,11 @@ def fingerprint_slots(conv: list[Tensor], temporal: Tensor, slots: Tensor, *, ba
     gathers each block of slot rows once and folds it. Both give identical values."""
     tensors = pool_tensors(conv, temporal)
     slots = check_slots(slots, temporal)
+    words = sum(t.shape[0] * row_words(t) for t in tensors)
+    if not use_triton(temporal, backend) and temporal.device.type == "cpu":
+        return _fingerprint_host(tensors, slots, words)
     fold = _fold_triton if use_triton(temporal, backend) else _fold_torch
     total, nonfinite, nonzero = fold(tensors, slots)
-    words = sum(t.shape[0] * row_words(t) for t in tensors)
     return SlotFingerprints(mix64_(total + words), nonfinite, nonzero == 0)
 
 
@@ -286,6 +297,64 @@ def _fold_torch(tensors: list[Tensor], slots: Tensor) -> tuple[Tensor, Tensor, T
             x ^= salt
             out[0, block] += mix64_(x, scratch).sum((1, 2))
     return out[0], out[1], out[2]
+
+
+_HOST_MIX = ((30, np.uint64(MIX1)), (27, np.uint64(MIX2)), (31, None))
+
+
+def _mix64_host(z: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """`mix64_` on a uint64 array, in place: numpy's uint64 shift is the logical one and its
+    array arithmetic wraps mod 2^64, so no masks."""
+    for shift, multiplier in _HOST_MIX:
+        np.right_shift(z, np.uint64(shift), out=scratch)
+        z ^= scratch
+        if multiplier is not None:
+            z *= multiplier
+    return z
+
+
+def _fingerprint_host(tensors: list[Tensor], slots: Tensor, words: int) -> SlotFingerprints:
+    """`_fold_torch` and the final mix on CPU tensors, in numpy over the same blocks: the same
+    values with about half the fixed cost of a call (numpy's uint64 needs no masks for the
+    logical shifts, and a numpy op costs a few us less than a torch one), which on the few-KB
+    slots of small models is most of a call (the engine makes one every few steps)."""
+    ids = slots.numpy()
+    n = len(ids)
+    total = np.zeros(n, dtype=np.uint64)
+    nonfinite = np.zeros(n, dtype=np.int64)
+    nonzero = np.zeros(n, dtype=np.int64)
+    layers = tensors[0].shape[0]
+    rows = [t.view(word_format(t).word).reshape(layers, t.shape[1], row_words(t)).numpy() for t in tensors]
+    rows = [row.view(np.uint64) if row.dtype == np.int64 else row for row in rows]  # fp64 words: zero-extension is a no-op
+    layout = tuple((offset, row.shape[2]) for offset, row in zip(_positions(tensors), rows))
+    masks = _masks(tuple((word_format(t), row.shape[2]) for t, row in zip(tensors, rows)), slots.device)
+    exponent, magnitude = (mask.numpy().view(np.uint64) for mask in masks)
+    layer_words = sum(width for _, width in layout)
+    per_layers, per_slots = _block_shape(layers, layer_words, n)
+    x_buf = np.empty(per_slots * per_layers * layer_words, dtype=np.uint64)
+    scratch_buf = np.empty_like(x_buf)
+    for first_layer in range(0, layers, per_layers):
+        k = min(per_layers, layers - first_layer)
+        salt = _salts(layout, first_layer, k, slots.device).numpy().view(np.uint64)
+        for first in range(0, n, per_slots):
+            count = min(per_slots, n - first)
+            block = slice(first, first + count)
+            x = x_buf[: count * k * layer_words].reshape(count, k, layer_words)
+            scratch = scratch_buf[: x.size].reshape(x.shape)
+            column = 0
+            for row in rows:
+                gathered = row[first_layer : first_layer + k, ids[block]]  # [k, count, row words]
+                x[:, :, column : column + row.shape[2]] = gathered.transpose(1, 0, 2)  # zero-extends
+                column += row.shape[2]
+            np.bitwise_and(x, exponent, out=scratch)
+            nonfinite[block] += np.count_nonzero((scratch == exponent).reshape(count, -1), axis=1)
+            np.bitwise_and(x, magnitude, out=scratch)
+            nonzero[block] += np.count_nonzero(scratch.reshape(count, -1), axis=1)
+            x ^= salt
+            total[block] += _mix64_host(x, scratch).reshape(count, -1).sum(1, dtype=np.uint64)
+    total += np.uint64(words % (1 << 64))
+    digest = _mix64_host(total, np.empty_like(total)).view(np.int64)
+    return SlotFingerprints(torch.from_numpy(digest), torch.from_numpy(nonfinite), torch.from_numpy(nonzero == 0))
 
 
 @functools.lru_cache(maxsize=16)

@@ -94,6 +94,26 @@ def test_torch_blocks_do_not_change_the_result(block_words, monkeypatch) -> None
     assert result.all_zero.tolist() == [False, False, True, False, False]
 
 
+@pytest.mark.parametrize("block_words", [40, 200, 1 << 18])
+@pytest.mark.parametrize(
+    "conv_dtypes, temporal_dtype", [((torch.bfloat16, torch.float16), torch.float32), ((torch.float32,), torch.float64)]
+)
+def test_torch_ops_path_gives_the_host_path_values(block_words, conv_dtypes, temporal_dtype, monkeypatch) -> None:
+    """On CPU tensors fingerprint_slots folds in numpy; the torch-ops fold (devices without
+    Triton) must give the same three results, non-finite and zero slots included."""
+    monkeypatch.setattr(fingerprint_module, "_TORCH_BLOCK_WORDS", block_words)
+    conv, temporal = make_pool(6, layers=3, conv_dtypes=conv_dtypes, temporal_dtype=temporal_dtype)
+    temporal[2, 3, 1, 1, 1] = float("inf")
+    slots = torch.tensor([4, 0, 3, 6, 1])
+    host = fingerprint_slots(conv, temporal, slots)
+    tensors = [*conv, temporal]
+    total, nonfinite, nonzero = fingerprint_module._fold_torch(tensors, slots)
+    words = sum(t.shape[0] * fingerprint_module.row_words(t) for t in tensors)
+    assert fingerprint_module.mix64_(total + words).tolist() == host.fingerprint.tolist()
+    assert nonfinite.tolist() == host.nonfinite.tolist() == [0, 0, 1, 0, 0]
+    assert (nonzero == 0).tolist() == host.all_zero.tolist() == [False, True, False, False, False]
+
+
 # --- fingerprint properties ---------------------------------------------------------------
 
 
