@@ -145,7 +145,7 @@ def engine(n_nodes: int, profile: bool) -> dict[str, object]:
 
     groups = max(1, n_nodes // (bench_capture.PER_GROUP + 1))
     tree_tokens = (bench_capture.PREFIX + bench_capture.SUFFIX * bench_capture.PER_GROUP) * groups
-    spare = 20_000  # slots and KV for the steps' own inserts
+    spare = 40_000  # slots and KV for the steps' own inserts: 3 slots a step net; 20k ran out on a loaded machine
     scheduler = cpu_cache.build_cache(mamba_slots=groups * bench_capture.PER_GROUP + spare, kv_size=tree_tokens * 5 // 4 + spare * 16)
     scheduler.server_args = SimpleNamespace(model_path="bench", mamba_radix_cache_strategy="extra_buffer", dp_size=1)
     scheduler.page_size = 1
