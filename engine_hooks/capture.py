@@ -73,9 +73,11 @@ from mcinspect.schema import (
 
 from .adapter_0523 import UnsupportedCache, depth_of, node_end
 from .catch_up import IMMEDIATE_NODES, Bulk, CatchUp
+from .cow_map import CowMap
 from .events import EventSink
 from .generations import UNIFIED_TREE_CORE, Generation
 from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
+from .published_state import PublishedState
 from .tensor_runs import ints_of_many
 
 
@@ -139,8 +141,9 @@ class Capture:
         """A generations.TreeView: FullTreeView when `full_detail`, else PathTreeView."""
         self._request_reader = pools.RequestReader(self.pool)
         self._kv_reader = pools.KvReader(scheduler.token_to_kv_pool_allocator)
-        self._nodes: dict[NodeId, NodeRecord] = {}
-        self._slots: dict[SlotId, tuple[SlotClaim, ...]] = {}
+        self._nodes: CowMap[NodeId, NodeRecord] = CowMap()
+        self._slots: CowMap[SlotId, tuple[SlotClaim, ...]] = CowMap()
+        """The baseline's records, which `published()` hands to the request thread (cow_map.py)."""
         self._requests: dict[Rid, RequestRecord] = {}
         self._kv: KvState | None = None
         self._tree_slots: TreeSlots = {}
@@ -221,17 +224,17 @@ class Capture:
         if self._view.full_detail:
             self._arena = self._view.arena()
             self._max_node_id = max(self._arena, default=-1)
-            self._nodes = self._view.all_records(self.sink.tombstones)
+            self._nodes = CowMap(self._view.all_records(self.sink.tombstones))
             self._tree_slots = _index(self._nodes.values())
         else:
-            self._nodes = self._view.path_records(_anchors(held))
+            self._nodes = CowMap(self._view.path_records(_anchors(held)))
             self._tree_slots = _index(self._nodes.values())
             self._tree_flat = self._view.tree_slots()
         self._requests, self._req_claims = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         self._admission = set(self.sink.admission_slots())
         self._free = free = self._read_free()
         in_tree = set(self._tree_flat.tolist())
-        self._slots = {SlotId(slot): self._claims(slot, slot in free, slot in in_tree) for slot in range(1, self.size + 1)}
+        self._slots = CowMap((SlotId(slot), self._claims(slot, slot in free, slot in in_tree)) for slot in range(1, self.size + 1))
         self._kv = self._kv_reader.read()
         self._step = step
         self._catch_up = None
@@ -244,14 +247,21 @@ class Capture:
         shared): the baseline, or while a catch-up is under way the state before it."""
         assert self._kv is not None, "full_state() first"
         if self._catch_up is not None:
-            return self._catch_up.published(self._nodes, self._slots)
+            return self._catch_up.published.to_cache_state(rest=lambda seconds: None)
         return CacheState(
             step=self._step,
-            nodes=dict(self._nodes),
-            slots=dict(self._slots),
+            nodes=self._nodes.to_dict(),
+            slots=self._slots.to_dict(),  # type: ignore[arg-type]  # tuples encode as the schema's lists
             requests=dict(self._requests),
             kv=self._kv,
         )
+
+    def published(self) -> PublishedState:
+        """`state` in O(shards), for another thread to turn into a CacheState (published_state.py)."""
+        assert self._kv is not None, "full_state() first"
+        if self._catch_up is not None:
+            return self._catch_up.published
+        return PublishedState(self._step, self._nodes.freeze(), self._slots.freeze(), self._requests, self._kv)
 
     def step(self, step: Step, batch: Any = None) -> DeltaParts | None:
         """What changed since the previous capture; moves the baseline to now. None while a
@@ -268,13 +278,13 @@ class Capture:
             catch_up = self._catch_up
             many = everything or len(marks) + len(tail) > IMMEDIATE_NODES
             if catch_up is None and self._budget_s is not None and (resync or many):
-                catch_up = self._catch_up = CatchUp(step=self._step, requests=self._requests, kv=self._kv)
+                catch_up = self._catch_up = CatchUp(self.published())
             if catch_up is None:
-                todo = marks.union(tail, self._nodes if everything else ())
+                todo = marks.union(tail, self._nodes.keys() if everything else ())
                 upserts, removed = self._read_nodes(todo, set())
                 changed_slots = self._apply_nodes(upserts, removed)
             else:
-                catch_up.mark(marks, tail, everything, list(self._nodes) if everything else ())
+                catch_up.mark(marks, tail, everything, self._nodes.keys() if everything else ())
                 if resync:
                     catch_up.slot_sweep = Bulk(range(1, self.size + 1))
                 free = self._read_free()  # the free list moves step by step too: a tree filling up takes every slot
@@ -404,14 +414,9 @@ class Capture:
         """Move the node baseline and the index of visible tree slots; returns the slots whose
         tree ownership may have moved."""
         changed: set[int] = set()
-        catch_up = self._catch_up
         for node_id in removed:
-            if catch_up is not None:
-                catch_up.save_node(self._nodes, node_id)
             changed |= _unindex(self._tree_slots, self._nodes.pop(node_id))
         for record in upserts:
-            if catch_up is not None:
-                catch_up.save_node(self._nodes, record.id)
             old = self._nodes.get(record.id)
             if old is not None:
                 changed |= _unindex(self._tree_slots, old)
@@ -450,8 +455,6 @@ class Capture:
         for slot, slot_in_tree in zip(wanted, in_tree):
             claims = self._claims(slot, slot in free, slot_in_tree)
             if claims != self._slots.get(SlotId(slot)):
-                if self._catch_up is not None:
-                    self._catch_up.save_slot(self._slots, SlotId(slot))
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims
         return out

@@ -19,8 +19,9 @@ of it. Meanwhile:
   last step moves (the slots whose inputs changed meanwhile are rebuilt then), and from the
   free list, which each step moves (a tree that filled up unwatched took every slot: too many
   to rebuild in one step);
-- snapshots serve the state of the last published capture (`CatchUp.published`: the baseline
-  with what the catch-up changed put back), so a snapshot always matches the stream up to its seq.
+- snapshots serve the state of the last published capture (`CatchUp.published`: the baseline's
+  shards frozen when the catch-up started, which the baseline copies before it changes them:
+  cow_map.py), so a snapshot always matches the stream up to its seq.
 
 The last step reads what is left (a few marks) with everything else, as any step does: the
 delta is the difference between the last published state and the state at that step.
@@ -30,9 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from mcinspect.schema import CacheState, KvState, NodeId, NodeRecord, RequestRecord, Rid, SlotClaim, SlotId, Step
+from mcinspect.schema import NodeId, NodeRecord, SlotClaim, SlotId
+
+from .published_state import PublishedState
 
 CATCH_UP_BUDGET_S = 0.005
 """Scheduler-thread time a catch-up may take per step (a step is ~10 ms on the CPU demo)."""
@@ -42,9 +45,6 @@ NODE_CHUNK = 64
 """Nodes read between two looks at the clock."""
 SLOT_CHUNK = 256
 """Slot claim lists rebuilt between two looks at the clock."""
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class Bulk:
@@ -65,11 +65,9 @@ class Bulk:
 
 @dataclass
 class CatchUp:
-    step: Step
-    """The last published capture's step, requests and KV state (the baseline replaces, never
-    changes, those objects until the catch-up is done)."""
-    requests: dict[Rid, RequestRecord]
-    kv: KvState | None
+    published: PublishedState
+    """The last published capture (frozen: nothing is copied when the catch-up starts, a
+    100k-node copy is tens of ms on the scheduler thread)."""
     todo: set[int] = field(default_factory=set)
     """Node ids still to read: marked, or new since the last step."""
     sweep: Bulk = field(default_factory=Bulk)
@@ -91,11 +89,6 @@ class CatchUp:
     owner_changes: set[int] = field(default_factory=set)
     """Slots whose tree owner changed during the catch-up (Capture.owner_changes)."""
     steps: int = 0
-    saved_nodes: dict[NodeId, NodeRecord | None] = field(default_factory=dict)
-    """The published record of each node the baseline changed since (None: it had none). The
-    published state is the baseline with these put back: nothing is copied when the catch-up
-    starts (a 100k-node copy is tens of ms on the scheduler thread)."""
-    saved_slots: dict[SlotId, tuple[SlotClaim, ...] | None] = field(default_factory=dict)
 
     def mark(self, marks: set[int], tail: list[int], everything: bool, baseline: Sequence[int]) -> None:
         """Add a step's nodes to read: `marks`, the arena's `tail` (new since the last step), or with
@@ -147,33 +140,3 @@ class CatchUp:
         for node_id in removed:
             self.upserts.pop(node_id, None)
             self.removed.add(node_id)
-
-    def save_node(self, nodes: dict[NodeId, NodeRecord], node_id: NodeId) -> None:
-        """Call before the baseline's `nodes` changes `node_id`."""
-        if node_id not in self.saved_nodes:
-            self.saved_nodes[node_id] = nodes.get(node_id)
-
-    def save_slot(self, slots: dict[SlotId, tuple[SlotClaim, ...]], slot: SlotId) -> None:
-        """Call before the baseline's `slots` changes `slot`."""
-        if slot not in self.saved_slots:
-            self.saved_slots[slot] = slots.get(slot)
-
-    def published(self, nodes: dict[NodeId, NodeRecord], slots: dict[SlotId, tuple[SlotClaim, ...]]) -> CacheState:
-        """The last published state (new dicts), from the baseline's `nodes` and `slots`."""
-        return CacheState(
-            step=self.step,
-            nodes=_restored(nodes, self.saved_nodes),
-            slots=_restored(slots, self.saved_slots),
-            requests=dict(self.requests),
-            kv=self.kv,
-        )
-
-
-def _restored(now: dict[K, V], saved: dict[K, V | None]) -> dict[K, V]:
-    out = dict(now)
-    for key, value in saved.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out

@@ -31,6 +31,8 @@ import torch
 from mcinspect.schema import SlotContent, SlotId, Step
 from mcinspect_kernels.fingerprint import fingerprint_slots
 
+from .cow_map import CowMap, Frozen
+
 BUDGET_ENV = "MCINSPECT_FINGERPRINT_BUDGET"
 RECHECK_EVERY = 4
 DEFAULT_BUDGET = 256
@@ -59,7 +61,8 @@ class ContentCapture:
         self._budget = int(budget) if budget else DEFAULT_BUDGET
         self._previous_owners: dict[int, int] = {}
         """Only for callers that do not say which owners changed."""
-        self._contents: dict[SlotId, SlotContent] = {}
+        self._contents: CowMap[SlotId, SlotContent] = CowMap()
+        """Snapshots take it frozen (cow_map.py): no 100k-slot copy under the inspector's lock."""
         self._unsettled: set[int] = set()
         """Owned slots whose owner changed at the last capture: stable from the next one on."""
         self._missing: set[int] = set()
@@ -82,7 +85,7 @@ class ContentCapture:
         if changes is None:
             changes = {s for s in owners.keys() | self._previous_owners.keys() if owners.get(s) != self._previous_owners.get(s)}
             self._previous_owners = dict(owners)
-        dropped = [SlotId(slot) for slot in self._contents.keys() & changes]
+        dropped = [SlotId(slot) for slot in self._contents.keys_in(changes)]
         for slot in dropped:
             del self._contents[slot]
         # Every set operation here iterates the smaller side: after a catch-up `changes` may hold
@@ -114,7 +117,11 @@ class ContentCapture:
         return fresh, dropped
 
     def current(self) -> dict[SlotId, SlotContent]:
-        return dict(self._contents)
+        return self._contents.to_dict()
+
+    def frozen(self) -> Frozen[SlotId, SlotContent]:
+        """The fingerprints now, in O(shards), for another thread to read (cow_map.py)."""
+        return self._contents.freeze()
 
     def _settle(self, owners: Mapping[int, int]) -> None:
         """Move up to SETTLE_CHUNK stable slots into the never-read set and the round-robin (a

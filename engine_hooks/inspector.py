@@ -264,8 +264,8 @@ class Inspector:
         )
 
     def snapshot(self) -> Snapshot:
-        """A consistent full state (request thread): copies the dicts under the lock, encodes
-        outside. Steps went uncaptured: first asks the scheduler to catch up (at most every
+        """A consistent full state (request thread): freezes it under the lock, copies and
+        encodes it outside. Steps went uncaptured: first asks the scheduler to catch up (at most every
         SNAPSHOT_CATCH_UP_S), and waits a little. Nothing captured since the last snapshot: the
         same object again (the server sends its encoding again)."""
         target = self._step
@@ -283,10 +283,15 @@ class Inspector:
         return self._last_snapshot
 
     def _take_snapshot(self) -> Snapshot:
-        with self._lock:
-            state = self.capture.state
-            state.contents = self.verifier.overlay(self.contents.current())
+        with self._lock:  # O(shards): the state's shards are frozen (cow_map.py), not copied
+            published = self.capture.published()
+            contents = self.contents.frozen()
+            verified = self.verifier.overlay(contents)
             seq = self._seq
+        # Copied here, a shard at a time with rests: the scheduler thread neither waits for the
+        # lock nor for one long GIL hold (a 100k-entry dict copy is several ms in one C call).
+        state = published.to_cache_state(contents.to_dict())
+        state.contents.update(verified)
         return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=state, counters=self.counters())
 
     def stats_reply(self) -> Stats:

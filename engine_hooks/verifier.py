@@ -55,6 +55,7 @@ from mcinspect_kernels.fingerprint import fingerprint_slots
 
 from . import extensions
 from .config import HooksConfig
+from .cow_map import Frozen
 from .reference import NoRoom, ReferenceRefused
 from .req_kv import kv_of
 from .state_log import CachedState, StateLog
@@ -552,15 +553,14 @@ class Verifier:
         events, self._events = self._events, []
         return events
 
-    def overlay(self, contents: dict[SlotId, SlotContent]) -> dict[SlotId, SlotContent]:
-        """A snapshot's contents with the verified records the stream has carried (so a snapshot
-        and the stream up to its seq agree; newer results go out with the next capture).
-        Changes and returns `contents`, the snapshot's own copy (a second copy of a 100k-slot
-        dict would hold the GIL for milliseconds more)."""
-        out = contents
+    def overlay(self, contents: Frozen[SlotId, SlotContent]) -> dict[SlotId, SlotContent]:
+        """The verified records the stream has carried, to lay over a snapshot's `contents` (so a
+        snapshot and the stream up to its seq agree; newer results go out with the next capture).
+        Reads `contents` only: the snapshot copies it outside the inspector's lock."""
+        out = {}
         for slot in self._client_has:
             verified = self._verified[slot]
-            current = out.get(slot)
+            current = contents.get(slot)
             if current is None or current.fingerprint == verified.fingerprint:
                 out[slot] = verified
         return out

@@ -4,7 +4,8 @@ A real Inspector (capture, request server, publisher) runs in-process on sglang'
 UnifiedRadixCache (Python tree core, CPU pools; tests/support/cpu_cache.py) built as in
 bench_capture.py, with mcinspect's hooks installed. The main thread plays the scheduler: each
 step makes 10 cache changes through sglang (bench_capture.Workload), calls `on_step`, then
-sleeps to a 10 ms step. A step's stall is its time as the scheduler feels it: the work of the
+sleeps to a 10 ms step. The tree is built first, then collected once (`gc.collect()`: see
+there why); the longest cyclic GC pause of each action is reported all the same. A step's stall is its time as the scheduler feels it: the work of the
 step plus how late the thread got the GIL back after its sleep (the request and publisher
 threads encode while holding it); the engine side runs at real-time priority where `chrt` may
 set it, so that other processes on a shared machine do not preempt it. The thread's own CPU time
@@ -144,7 +145,7 @@ def engine(n_nodes: int, profile: bool) -> dict[str, object]:
 
     groups = max(1, n_nodes // (bench_capture.PER_GROUP + 1))
     tree_tokens = (bench_capture.PREFIX + bench_capture.SUFFIX * bench_capture.PER_GROUP) * groups
-    spare = 20_000  # slots and KV for the steps' own inserts
+    spare = 40_000  # slots and KV for the steps' own inserts: 3 slots a step net; 20k ran out on a loaded machine
     scheduler = cpu_cache.build_cache(mamba_slots=groups * bench_capture.PER_GROUP + spare, kv_size=tree_tokens * 5 // 4 + spare * 16)
     scheduler.server_args = SimpleNamespace(model_path="bench", mamba_radix_cache_strategy="extra_buffer", dp_size=1)
     scheduler.page_size = 1
@@ -165,6 +166,13 @@ def engine(n_nodes: int, profile: bool) -> dict[str, object]:
             work.insert(group)
             if i % 10 == 0:
                 inspector.on_step(scheduler, None)
+    # The build's burst of tracked objects (sglang's nodes, tensors, keys, lists) leaves a full
+    # collection due within a few hundred steps, which then falls in whatever step allocates next:
+    # at 10k nodes (790k tracked objects) 500-700 ms, in the quiet phase with no client at all when
+    # that phase is longer. The inspector adds no tracked objects that survive (a census after each
+    # action grows by sglang's own ~44 a step, with or without a client). An engine builds its tree
+    # over minutes and has run those collections; so does the bench, before it measures.
+    gc.collect()
 
     stalls: list[float] = []
     cpu: list[float] = []

@@ -233,3 +233,30 @@ def test_a_catch_ups_bulk_goes_before_the_marks_that_arrive_every_step(hooks: tu
     assert n <= bulk_steps + 10  # a few more for the marks left once the bulk is done
     assert state == full_read(tree.scheduler, sink, n)
     assert errors.total == 0
+
+
+def test_a_published_state_is_frozen_under_the_lock_and_stays_as_taken(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """What a snapshot takes under the inspector's lock (`Capture.published`) is the baseline's
+    shards, not a copy of them; the steps after it change the baseline, never what was taken,
+    and a catch-up's published state is the one before it however far it has read."""
+    sink, _ = hooks
+    tree = Tree()
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
+    taken = capture.full_state(Step(0))
+    published = capture.published()
+    assert all(shard is capture._nodes._shards[i] for i, shard in published.nodes._shards.items())  # nothing copied
+    for n in range(1, 4):
+        tree.change()
+        assert capture.step(Step(n)) is not None
+    assert capture.state != taken
+    assert published.to_cache_state(rest=lambda seconds: None) == taken
+    moved = capture.state
+    for _ in range(GROUPS * PER_GROUP):  # a catch-up: its published state is `moved` until it ends
+        tree.insert()
+    assert capture.step(Step(4)) is None
+    during = capture.published()
+    tree.change()
+    assert capture.step(Step(5)) is None
+    assert during.to_cache_state(rest=lambda seconds: None) == moved == capture.state
