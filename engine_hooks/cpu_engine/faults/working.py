@@ -24,12 +24,14 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
     """Whether no state the request computes from here on can be donated to the tree: its
     extend is shorter than the prefill checkpoint grid and its decode crosses no track boundary
     (the grids extra_buffer tracks on)."""
-    from sglang.srt.runtime_context import mamba_checkpoint_grid, mamba_track_grid
+    from sglang.srt import runtime_context
+    from sglang.srt.server_args import get_global_server_args
 
     extend_len, extend_end = _extend(req)
-    if extend_len >= mamba_checkpoint_grid(page_size):
+    if extend_len >= runtime_context.mamba_checkpoint_grid(page_size):
         return False
-    grid = mamba_track_grid(page_size)
+    track_grid = getattr(runtime_context, "mamba_track_grid", None)  # 0.5.18: the decode track interval alone
+    grid = track_grid(page_size) if track_grid is not None else get_global_server_args().mamba_track_interval
     end = extend_end + int(req.sampling_params.max_new_tokens or 0)
     return end // grid == extend_end // grid
 
