@@ -305,9 +305,10 @@ class Capture:
         admission = set(self.sink.admission_slots())
         changed_slots |= admission ^ self._admission
         self._admission = admission
-        free = self._read_free()
-        changed_slots |= free ^ self._free
-        self._free = free
+        if catch_up is None:  # a catch-up read the free list above: it cannot move within the step
+            free = self._read_free()
+            changed_slots |= free ^ self._free
+            self._free = free
         if resync and catch_up is None:
             changed_slots |= set(range(1, self.size + 1))
 
