@@ -129,11 +129,7 @@ def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: t
 
 def test_a_mark_overflow_rereads_everything_in_chunks(hooks: tuple[EventSink, ErrorCounter]) -> None:
     sink, errors = hooks
-    tree = Tree()
-    for _ in range(GROUPS * PER_GROUP):
-        tree.insert()
-    capture = Capture(tree.scheduler, sink, budget_s=0.0)
-    published = capture.full_state(Step(0))
+    tree, capture, published = grown_tree(sink)
     tree.change()
     max_dirty, sink.max_dirty = sink.max_dirty, 0
     tree.change()  # more marks than the sink keeps: they are dropped, Capture must re-read all
@@ -178,13 +174,19 @@ def test_the_caught_up_baseline_leaves_nothing_for_the_cyclic_gc(hooks: tuple[Ev
     assert len(held) > GROUPS * PER_GROUP and not [container for container in held if gc.is_tracked(container)]
 
 
-def overflowed_tree(sink: EventSink) -> tuple[Tree, Capture, CacheState]:
-    """A grown tree whose next step's marks overflow (splits and evictions among the dropped)."""
+def grown_tree(sink: EventSink) -> tuple[Tree, Capture, CacheState]:
+    """A tree of every group, captured whole, by a capture that reads one chunk of nodes and
+    one of slots a step."""
     tree = Tree()
     for _ in range(GROUPS * PER_GROUP):
         tree.insert()
-    capture = Capture(tree.scheduler, sink, budget_s=0.0)  # one chunk of nodes and one of slots a step
-    published = capture.full_state(Step(0))
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
+    return tree, capture, capture.full_state(Step(0))
+
+
+def overflowed_tree(sink: EventSink) -> tuple[Tree, Capture, CacheState]:
+    """A grown tree whose next step's marks overflow (splits and evictions among the dropped)."""
+    tree, capture, published = grown_tree(sink)
     max_dirty, sink.max_dirty = sink.max_dirty, 0
     tree.change()
     sink.max_dirty = max_dirty
@@ -240,11 +242,7 @@ def test_a_published_state_is_frozen_under_the_lock_and_stays_as_taken(hooks: tu
     shards, not a copy of them; the steps after it change the baseline, never what was taken,
     and a catch-up's published state is the one before it however far it has read."""
     sink, _ = hooks
-    tree = Tree()
-    for _ in range(GROUPS * PER_GROUP):
-        tree.insert()
-    capture = Capture(tree.scheduler, sink, budget_s=0.0)
-    taken = capture.full_state(Step(0))
+    tree, capture, taken = grown_tree(sink)
     published = capture.published()
     assert all(shard is capture._nodes._shards[i] for i, shard in published.nodes._shards.items())  # nothing copied
     for n in range(1, 4):
