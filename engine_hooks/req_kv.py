@@ -11,13 +11,14 @@ from typing import Any
 def kv_of(req: Any) -> Any:
     """`req.kv` where it holds the request's row (0.5.19 on), else a `FlatKv` view of the
     request's own fields."""
-    kv = getattr(req, "kv", None)
-    return kv if kv is not None and hasattr(kv, "req_pool_idx") else FlatKv(req)
+    fields = fields_of(req)
+    return fields if fields is not req else FlatKv(req)
 
 
 def fields_of(req: Any) -> Any:
     """The object that holds a request's cache fields: `req.kv` from 0.5.19, the `Req` itself
-    before. Only the reference oracle writes through it, to its own request."""
+    before. `kv_of` reads through it; only the reference oracle (to its own request) and the
+    embedded engine's faults write through it."""
     kv = getattr(req, "kv", None)
     return kv if kv is not None and hasattr(kv, "req_pool_idx") else req
 

@@ -241,9 +241,10 @@ def fingerprint_slots(conv: list[Tensor], temporal: Tensor, slots: Tensor, *, ba
     tensors = pool_tensors(conv, temporal)
     slots = check_slots(slots, temporal)
     words = sum(t.shape[0] * row_words(t) for t in tensors)
-    if not use_triton(temporal, backend) and temporal.device.type == "cpu":
+    triton = use_triton(temporal, backend)
+    if not triton and temporal.device.type == "cpu":
         return _fingerprint_host(tensors, slots, words)
-    fold = _fold_triton if use_triton(temporal, backend) else _fold_torch
+    fold = _fold_triton if triton else _fold_torch
     total, nonfinite, nonzero = fold(tensors, slots)
     return SlotFingerprints(mix64_(total + words), nonfinite, nonzero == 0)
 
