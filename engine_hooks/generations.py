@@ -51,7 +51,7 @@ import torch
 
 from mcinspect.schema import NodeId, NodeRecord
 
-from . import hooks_mrc
+from . import hooks_0516, hooks_mrc
 from .hooks_0523 import HOOKS, Hook
 
 
@@ -95,6 +95,8 @@ class Generation:
     """Its tree adapter module: `refusal(tree_cache)` and `tree_view(tree_cache)`."""
     pools_reader: str
     """Its pools-and-requests module (the functions and readers of pools_0523)."""
+    features: tuple[str, ...] = ()
+    """Names its bodies read that no row hooks (`resolves` targets), required as well."""
 
     def refusal(self, tree_cache: Any) -> str:
         """Why the adapter cannot read `tree_cache` ("" when it can)."""
@@ -137,7 +139,21 @@ MAMBA_RADIX_CACHE = Generation(
     adapter="adapter_mrc",
     pools_reader="pools_0523",  # the same readers: a request's fields through req_kv.kv_of
 )
-GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE, MAMBA_RADIX_CACHE)
+UNIFIED_TREE_0516 = Generation(
+    name="unified-tree-0516",
+    releases=("0.5.16",),
+    hooks=hooks_0516.HOOKS,
+    required=hooks_0516.REQUIRED,
+    adapter="adapter_0516",
+    pools_reader="pools_0523",  # a request's fields through req_kv.kv_of, as on 0.5.17
+    # 0.5.15 ships the same UnifiedRadixCache but builds a MambaRadixCache for hybrid models;
+    # its MambaComponent, unlike 0.5.16's, has no int8 checkpoint pool, which the insert
+    # bodies read (events_0516._donates): that keeps 0.5.15 on mamba-radix-cache.
+    features=(f"{hooks_0516.MAMBA_COMPONENT}.int8_ckpt_pool",),
+)
+GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE, UNIFIED_TREE_0516, MAMBA_RADIX_CACHE)
+"""Tried in this order: 0.5.16-0.5.20 still ship MambaRadixCache's methods, 0.5.15 the
+UnifiedRadixCache of 0.5.16 (the `features` tell them apart)."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +226,7 @@ def select() -> Selection | Unsupported:
     tried = []
     for generation in GENERATIONS:
         missing = [t for t in generation.required if not _resolves_or_falls_back(generation, t)]
+        missing += [name for name in generation.features if not resolves(name)]
         if missing:
             tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
             continue
