@@ -11,6 +11,7 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 | generation | releases tested | tree | read by |
 |---|---|---|---|
 | unified-tree-core | 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
+| unified-tree-0516 | 0.5.16 | UnifiedRadixCache keeping its own UnifiedTreeNodes (no tree core; the components in `unified_cache_components`) | adapter_0516, pools_0523, hooks_0516 |
 | mamba-radix-cache | 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
@@ -31,11 +32,15 @@ groups nor the deferred copy-on-write (four rows skipped: a hit's state is copie
 MambaPool allocates (fallback rows), its pool names the kept ping-pong entry only as the "other"
 one, it has no extra_buffer_lazy, its prefill track plan is appended to the batch's lists (no
 entry returned) and a chunk checkpoint inserts a fork, not the donated slot (all read where
-present: events_mrc, req_kv, events.prefill_track). Not supported (README "sglang
-releases"): 0.5.16, whose UnifiedRadixCache keeps its nodes itself (no UnifiedTreeCore, no
-components package: the unified generation lacks its required rows; its MambaRadixCache methods
-fit mamba-radix-cache, whose adapter refuses the scheduler's UnifiedRadixCache), and releases
-before 0.5.12 (0.5.11 has the HookRegistry, not run; 0.5.10 and earlier have none).
+present: events_mrc, req_kv, events.prefill_track). 0.5.16 keeps the nodes on the cache: its
+node is 0.5.17's Python-core node, so adapter_0523's records read it, over a walked tree (no
+arena, no dirty marks: O(tree) per capture); its cache methods take nodes, not ids (lock and
+finish bodies as MambaRadixCache's), and its InsertResult names no node (the commit hook does);
+its requests keep their own fields as on 0.5.17. It still ships MambaRadixCache's methods (so
+it is tried before mamba-radix-cache), and 0.5.15 already ships its UnifiedRadixCache while
+building a MambaRadixCache: the int8 checkpoint pool of 0.5.16's MambaComponent (`features`)
+tells them apart. Not supported (README "sglang releases"): releases before 0.5.12 (0.5.11 has
+the HookRegistry, not run; 0.5.10 and earlier have none).
 """
 
 from __future__ import annotations
@@ -232,10 +237,29 @@ def select() -> Selection | Unsupported:
             continue
         return dataclasses.replace(resolve(generation), passed_over=tuple(tried))
     return Unsupported(
-        f"sglang {installed_release()} is not supported by mcinspect (it reads "
-        f"{', '.join(r for g in GENERATIONS for r in g.releases)}); no generation fits: {'; '.join(tried)}. "
-        "The hooks stay off and the engine runs untouched"
+        f"sglang {installed_release()} is not supported by mcinspect (it reads {_releases()}); no generation fits: "
+        f"{'; '.join(tried)}. The hooks stay off and the engine runs untouched"
     )
+
+
+def plugin_refusal() -> str:
+    """Why nothing of mcinspect can attach to the installed sglang ("" when it can): before
+    0.5.11 sglang has no plugin HookRegistry, so it never calls the plugin (the embedded engine
+    asks this before it starts one)."""
+    try:
+        if resolves("plugins.hook_registry.HookRegistry"):
+            return ""
+    except DetectionFailed:
+        return ""  # it exists but fails to import: the plugin itself says why
+    return (
+        f"sglang {installed_release()} is not supported by mcinspect (it reads {_releases()}): it has no plugin "
+        "hooks (`sglang.srt.plugins`, sglang 0.5.11 on), so sglang never calls mcinspect. The hooks stay off"
+    )
+
+
+def _releases() -> str:
+    every = sorted((r for g in GENERATIONS for r in g.releases), key=lambda r: tuple(int(p) for p in r.split(".")))
+    return ", ".join(every)
 
 
 def strategy_field(server_args: Any) -> str:

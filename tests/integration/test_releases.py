@@ -41,10 +41,9 @@ hooked; 0.5.16 has no all-layers decode track copy)."""
 IN_CI = ("0.5.22",)
 """The release CI runs, for its mixed-chunk bug caught on the unpatched engine (CI's time
 budget); MCINSPECT_RELEASE_MATRIX=1 runs every test on every release."""
-UNSUPPORTED = "0.5.16"
-"""The newest release the adapters do not read (its UnifiedRadixCache has no tree core and no
-components package; its MambaRadixCache methods select mamba-radix-cache, whose adapter refuses the
-UnifiedRadixCache)."""
+UNSUPPORTED = "0.5.10"
+"""The newest release mcinspect does not read: no plugin hooks (`sglang.srt.plugins`, 0.5.11 on),
+so sglang never calls mcinspect, and the embedded engine says so before it starts one."""
 MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
 SANITY_STOPS = {
     ("0.5.18", "ghost-node"): "content-immutable sees it (+1), then 0.5.18's own tree sanity check raises in the scheduler "
@@ -148,6 +147,9 @@ def test_the_real_37836_of_the_release_is_caught_on_the_unpatched_engine(version
 
 @opt_in(MATRIX_ENV)
 def test_an_unsupported_release_runs_with_the_hooks_off_and_says_why(tmp_path: Path) -> None:
+    """A release with the plugin hooks that no generation fits would say so from its engine's log
+    and inspector port (tests/unit/test_unsupported_release.py); every such release is read now,
+    so this is the one before them, which the embedded engine refuses before it starts."""
     mcinspect = str(venv_of(UNSUPPORTED) / "bin" / "mcinspect")
     port = free_port_pair()
     demo = subprocess.run(
@@ -158,10 +160,8 @@ def test_an_unsupported_release_runs_with_the_hooks_off_and_says_why(tmp_path: P
     reason = f"sglang {UNSUPPORTED} is not supported by mcinspect"
     errors = [line for line in demo.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and reason in errors[0], demo.stderr[-3000:]
-    assert "The hooks stay off" in errors[0] and "lacks" in errors[0]
-    assert "Traceback" not in demo.stderr  # no exception in the scheduler, nor here
-    logged = [line for line in demo.stderr.splitlines() if "mcinspect: " + reason in line]
-    assert len(logged) >= 1  # the engine's log says it once per scheduler process
+    assert "The hooks stay off" in errors[0] and "no plugin hooks" in errors[0]
+    assert "Traceback" not in demo.stderr
 
 
 MRC_RELEASES = ("0.5.15", "0.5.14", "0.5.13")
