@@ -1,5 +1,5 @@
 """A request's cache fields under the names sglang 0.5.23 gives them (`req.kv`, a ReqKvInfo),
-on every generation: the MambaRadixCache releases (0.5.12-0.5.15) keep the same fields on the
+on every generation: the MambaRadixCache releases (0.5.11-0.5.15) keep the same fields on the
 `Req` itself, without the derived ones; 0.5.17-0.5.18 keep them there too, their ReqKvInfo
 holding only the KV lengths. Read-only: nothing here writes to sglang."""
 
