@@ -113,7 +113,7 @@ def test_the_real_mixed_chunk_bug_of_the_release_is_caught_on_the_unpatched_engi
     checks = {v["check"] for v in found}
     verify, firsts = summary["stats"]["verify"], {c: min(v["step"] for v in found if v["check"] == c) for c in checks}
     print(
-        f"mixed chunk on {version}: {summary['stats']['paths']['mixed batch']} mixed batches, T2 {verify['mismatches']} of {verify['verified']} differ; first steps {firsts}"
+        f"mixed chunk on {version}: {summary['stats']['paths']['mixed batch']} mixed batches, T2 {verify['mismatches']} mismatches in {verify['verified']} cached + {verify['working']} working states; first steps {firsts}"
     )
     assert {"write-ran", "T2-recompute"} <= checks, checks
     first_unwritten = min(v["step"] for v in found if v["check"] == "write-ran")
@@ -137,7 +137,7 @@ def test_the_real_37836_of_the_release_is_caught_on_the_unpatched_engine(version
     checks = {v["check"] for v in found}
     verify = summary["stats"]["verify"]
     print(
-        f"#37836 on {version}: T2 {verify['mismatches']} of {verify['verified']} differ; {len(found)} violations, first at step {min(v['step'] for v in found)}"
+        f"#37836 on {version}: T2 {verify['mismatches']} mismatches in {verify['verified']} cached + {verify['working']} working states; {len(found)} violations, first at step {min(v['step'] for v in found)}"
     )
     assert "T2-recompute" in checks, checks
     assert checks <= {"T2-recompute", "T2-working-state"}, checks  # the states are wrong, the bookkeeping right
