@@ -28,7 +28,10 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
     from sglang.srt.server_args import get_global_server_args
 
     extend_len, extend_end = _extend(req)
-    if extend_len >= runtime_context.mamba_checkpoint_grid(page_size):
+    checkpoint_grid = getattr(runtime_context, "mamba_checkpoint_grid", None)
+    # 0.5.17: a prefill checkpoints from one mamba_cache_chunk_size on (its ServerArgs property, the page folded in)
+    prefill_grid = checkpoint_grid(page_size) if checkpoint_grid is not None else get_global_server_args().mamba_cache_chunk_size
+    if extend_len >= prefill_grid:
         return False
     track_grid = getattr(runtime_context, "mamba_track_grid", None)  # 0.5.18: the decode track interval alone
     grid = track_grid(page_size) if track_grid is not None else get_global_server_args().mamba_track_interval
