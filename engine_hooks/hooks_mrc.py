@@ -1,4 +1,4 @@
-"""The hook table of the MambaRadixCache generation (sglang 0.5.12-0.5.15, each tested):
+"""The hook table of the MambaRadixCache generation (sglang 0.5.11-0.5.15, each tested):
 the rows, in hooks_0523's form, for releases whose hybrid models use
 `mem_cache.mamba_radix_cache.MambaRadixCache`. Bodies named "mrc.*" are events_mrc.py's; the
 others are shared with 0.5.23 (same method, same arguments in these releases).

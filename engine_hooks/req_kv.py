@@ -1,11 +1,16 @@
 """A request's cache fields under the names sglang 0.5.23 gives them (`req.kv`, a ReqKvInfo),
-on every generation: the MambaRadixCache releases (0.5.12-0.5.15) keep the same fields on the
+on every generation: the MambaRadixCache releases (0.5.11-0.5.15) keep the same fields on the
 `Req` itself, without the derived ones; 0.5.17-0.5.18 keep them there too, their ReqKvInfo
 holding only the KV lengths. Read-only: nothing here writes to sglang."""
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def kv_of(req: Any) -> Any:
@@ -126,10 +131,7 @@ def decode_track_mask(batch: Any) -> list[bool] | None:
         return batch.mamba_track_mask_cpu
     if getattr(batch, "mamba_track_mask", None) is None:
         return None
-    from sglang.srt.server_args import get_global_server_args
-
-    interval = get_global_server_args().mamba_track_interval
-    return [seqlen % interval == 0 for seqlen in batch.seq_lens_cpu.tolist()]
+    return _recomputed(batch).mask
 
 
 def decode_track_entries(batch: Any) -> list[int]:
@@ -139,4 +141,37 @@ def decode_track_entries(batch: Any) -> list[int]:
     entries = getattr(batch, "mamba_track_buffer_indices", None)
     if entries is not None:
         return entries
-    return [index if (index := kv_of(req).mamba_next_track_idx) is not None else 0 for req in batch.reqs]
+    rows = _recomputed(batch)
+    if rows.entries is None:  # only where a row is at a boundary: the readers ask then
+        rows.entries = [index if (index := kv_of(req).mamba_next_track_idx) is not None else 0 for req in batch.reqs]
+    return rows.entries
+
+
+@dataclass
+class _DecodeRows:
+    """0.5.17's decode track rows as sglang's rule gives them, for one prepared batch."""
+
+    lens: weakref.ref[torch.Tensor]
+    version: int
+    mask: list[bool]
+    entries: list[int] | None = None
+
+
+_last_decode: _DecodeRows | None = None
+
+
+def _recomputed(batch: Any) -> _DecodeRows:
+    """The rows of the batch `prepare_for_decode` just prepared, computed once: three hooks after
+    it read them (the plan event, the state log, the write hooks). Each call of it gives the batch a
+    new `seq_lens_cpu`, so that tensor (held weakly: a freed one never matches) and its version
+    say whether these are still the rows of the batch at hand."""
+    global _last_decode
+    lens = batch.seq_lens_cpu
+    memo = _last_decode
+    if memo is not None and memo.lens() is lens and memo.version == lens._version:
+        return memo
+    from sglang.srt.server_args import get_global_server_args
+
+    interval = get_global_server_args().mamba_track_interval
+    _last_decode = _DecodeRows(weakref.ref(lens), lens._version, [seqlen % interval == 0 for seqlen in lens.tolist()])
+    return _last_decode

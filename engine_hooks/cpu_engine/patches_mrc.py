@@ -1,4 +1,4 @@
-"""CPU-engine patches for the MambaRadixCache releases (sglang 0.5.12-0.5.15), where the ops
+"""CPU-engine patches for the MambaRadixCache releases (sglang 0.5.11-0.5.15), where the ops
 patches.py replaces sit elsewhere. Applied by patches.install() (MCINSPECT_CPU_ENGINE=1 only),
 each a no-op on a release without its target."""
 

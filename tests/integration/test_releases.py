@@ -1,13 +1,13 @@
 """Other sglang releases, each from its real wheel in its own venv (scripts/setup-release-venv.sh,
 what `make demo SGLANG=X` runs): a supported one runs the same embedded-engine demo with every
 hook body working, reads clean (T2 included) and catches faults of different mechanisms; an
-unsupported one runs with the hooks off and says why in one line, in the engine's log, in
-`mcinspect info` and as the demo's error.
+unsupported one (before 0.5.11: no plugin hooks) is refused by the demo in one line before an
+engine starts.
 
 CI runs 0.5.22's own mixed-chunk bug caught and 0.5.15's demo read clean (one release of each
 older generation: CI's time budget); MCINSPECT_RELEASE_MATRIX=1
-adds its clean demo, 0.5.21, 0.5.20, 0.5.19, 0.5.18 and 0.5.17 (the same two), the whole fault library per release
-(less the faults a release has for real), 0.5.19's and 0.5.18's own #37836 caught, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
+adds its clean demo, 0.5.21, 0.5.20, 0.5.19, 0.5.18, 0.5.17 and 0.5.16 (the same two), the whole fault library per release
+(less the faults a release has for real), 0.5.19's, 0.5.18's and 0.5.17's own #37836 caught, 0.5.11-0.5.14, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
 from __future__ import annotations
@@ -45,11 +45,10 @@ UNSUPPORTED = "0.5.10"
 """The newest release mcinspect does not read: no plugin hooks (`sglang.srt.plugins`, 0.5.11 on),
 so sglang never calls mcinspect, and the embedded engine says so before it starts one."""
 MATRIX_ENV = "MCINSPECT_RELEASE_MATRIX"
-SANITY_STOPS = {
-    ("0.5.18", "ghost-node"): "content-immutable sees it (+1), then 0.5.18's own tree sanity check raises in the scheduler "
-    "(its mamba LRU holds the ghost, the tree does not) and the demo fails: the fault needs a way around that check there",
-}
-"""Faults whose effect sglang's own checks stop the engine on, on that release (open: README)."""
+SANITY_STOPS = {(release, "ghost-node"): "Sanity check FAILED" for release in ("0.5.18", "0.5.17")}
+"""Faults whose effect sglang's own check stops the engine on, on that release, with that message:
+0.5.17-0.5.18's tree sanity check (run when the scheduler idles) finds the ghost in the mamba LRU
+and not in the tree, and raises. The recording made until then is checked: mcinspect caught it first."""
 NO_MECHANISM = {
     ("0.5.16", "ghost-node"): "0.5.16 has no tree core to stamp the ghost root through (the fault re-creates "
     "checkpoint_into_tree's empty insert of 0.5.19 on)",
@@ -103,13 +102,14 @@ def test_a_fault_is_caught_on_the_release(
 ) -> None:
     if real := FAULTS[fault].real_in(release[0]):
         pytest.skip(real)
-    if why := SANITY_STOPS.get((release[0], fault)) or NO_MECHANISM.get((release[0], fault)):
+    if why := NO_MECHANISM.get((release[0], fault)):
         pytest.skip(why)
-    assert_fault_caught(tmp_path, fault, model, strategy, page_size, mcinspect=release[1])
+    stopped_by = SANITY_STOPS.get((release[0], fault), "")
+    assert_fault_caught(tmp_path, fault, model, strategy, page_size, mcinspect=release[1], stopped_by=stopped_by)
 
 
 def test_the_real_mixed_chunk_bug_of_the_release_is_caught_on_the_unpatched_engine(release: tuple[str, str], tmp_path: Path) -> None:
-    """0.5.21's and 0.5.22's mix_with_running -> merge_batch drop the prefill rows' track fields
+    """0.5.17-0.5.22's mix_with_running -> merge_batch drop the prefill rows' track fields
     (#24613, recurred as #39342; 0.5.23 carries them across the merge): the mixed forward never
     writes the slot that is donated. No fault injected: the release's own code path."""
     version, mcinspect = release
@@ -121,12 +121,16 @@ def test_the_real_mixed_chunk_bug_of_the_release_is_caught_on_the_unpatched_engi
     assert summary["stats"]["paths"]["mixed batch"] > 0 and summary["stats"]["hook_errors"] == 0
     assert summary["stats"]["verify"]["mismatches"] > 0  # the cached and working states are wrong
     checks = {v["check"] for v in found}
+    verify, firsts = summary["stats"]["verify"], {c: min(v["step"] for v in found if v["check"] == c) for c in checks}
+    print(
+        f"mixed chunk on {version}: {summary['stats']['paths']['mixed batch']} mixed batches, T2 {verify['mismatches']} mismatches in {verify['verified']} cached + {verify['working']} working states; first steps {firsts}"
+    )
     assert {"write-ran", "T2-recompute"} <= checks, checks
     first_unwritten = min(v["step"] for v in found if v["check"] == "write-ran")
     assert min(v["step"] for v in found) == first_unwritten  # the metadata check sees it first, at the step
 
 
-REAL_37836 = ("0.5.19", "0.5.18")
+REAL_37836 = ("0.5.19", "0.5.18", "0.5.17")
 """The supported releases with #37836 for real (fixed in 0.5.20): their Mamba2 prefill tracking reads
 the chunk states per request from Mamba2's one flat grid."""
 
@@ -141,6 +145,10 @@ def test_the_real_37836_of_the_release_is_caught_on_the_unpatched_engine(version
     assert summary["engine"]["sglang_version"] == version and summary["stats"]["hook_errors"] == 0
     assert summary["stats"]["verify"]["mismatches"] > 0
     checks = {v["check"] for v in found}
+    verify = summary["stats"]["verify"]
+    print(
+        f"#37836 on {version}: T2 {verify['mismatches']} mismatches in {verify['verified']} cached + {verify['working']} working states; {len(found)} violations, first at step {min(v['step'] for v in found)}"
+    )
     assert "T2-recompute" in checks, checks
     assert checks <= {"T2-recompute", "T2-working-state"}, checks  # the states are wrong, the bookkeeping right
 
@@ -186,12 +194,14 @@ MRC_FAULTS = [
     ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
     ("0.5.13", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
     ("0.5.13", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
-    # 0.5.12: no extra_buffer_lazy and no donation method (double-owner, overwrite-cached have no mechanism)
+    # 0.5.11-0.5.12: no extra_buffer_lazy and no donation method (double-owner, overwrite-cached have no mechanism)
     ("0.5.12", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.12", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
+    ("0.5.11", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
+    ("0.5.11", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
 ]
 """Faults whose mechanism these releases have, on each release a few (the whole list on the newest)."""
-OLDEST_MRC = "0.5.12"
+OLDEST_MRC = ("0.5.12", "0.5.11")
 """Selected with four rows missing (no admission groups, no deferred copy-on-write: a hit's
 state is copied at the match, so no T3 and no copy-on-write path count)."""
 OLDEST_MRC_SKIPPED = 4
@@ -230,8 +240,9 @@ def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Pat
 
 
 @opt_in(MATRIX_ENV)
-def test_the_oldest_mamba_radix_cache_release_reads_clean(tmp_path: Path) -> None:
-    summary, found = _mrc_demo(tmp_path, release=OLDEST_MRC)
+@pytest.mark.parametrize("oldest", OLDEST_MRC)
+def test_the_oldest_mamba_radix_cache_releases_read_clean(oldest: str, tmp_path: Path) -> None:
+    summary, found = _mrc_demo(tmp_path, release=oldest)
     stats = summary["stats"]
     assert len(summary["engine"]["hooks_skipped"]) == OLDEST_MRC_SKIPPED, summary["engine"]["hooks_skipped"]
     assert stats["evicted_mamba_slots"] > 0 and summary["cached_tokens"] > 0

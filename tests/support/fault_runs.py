@@ -59,34 +59,53 @@ def first_check_that_sees(fault: str, strategy: str) -> str:
 
 
 def record_and_check(
-    tmp_path: Path, *demo_args: str, env: dict[str, str] | None = None, requests: int = REQUESTS, mcinspect: str = MCINSPECT
+    tmp_path: Path,
+    *demo_args: str,
+    env: dict[str, str] | None = None,
+    requests: int = REQUESTS,
+    mcinspect: str = MCINSPECT,
+    stopped_by: str = "",
 ) -> tuple[list[dict], dict]:
+    """`stopped_by`: sglang's own check stops the engine with this message, and the recording
+    made until then is checked (each frame is flushed as it comes); the summary is then {}."""
     recording = tmp_path / "run.mcrec"
     demo = subprocess.run(
         [mcinspect, "demo", "--json", "--requests", str(requests), "--port", str(free_ports_for_ranks(2)), "--record", str(recording), *demo_args],
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
-    assert demo.returncode == 0, demo.stderr[-3000:]
+    if stopped_by:
+        assert demo.returncode != 0 and stopped_by in demo.stderr, demo.stderr[-3000:]
+    else:
+        assert demo.returncode == 0, demo.stderr[-3000:]
     # one object per occurrence: the first occurrence's step of each check is what is timed
     check = subprocess.run([mcinspect, "check", str(recording), "--json", "--ungrouped"], capture_output=True, text=True, timeout=300)
     assert check.returncode in (0, 1), check.stderr[-3000:]
     violations = [json.loads(line) for line in check.stdout.splitlines()]
     assert (check.returncode == 1) == bool(violations)
-    return violations, json.loads(demo.stdout)
+    return violations, json.loads(demo.stdout) if not stopped_by else {}
 
 
 def assert_fault_caught(
-    tmp_path: Path, fault: str, model: str, strategy: str, page_size: int, tree_core: str = "python", mcinspect: str = MCINSPECT
+    tmp_path: Path,
+    fault: str,
+    model: str,
+    strategy: str,
+    page_size: int,
+    tree_core: str = "python",
+    mcinspect: str = MCINSPECT,
+    stopped_by: str = "",
 ) -> None:
     """The engine oracle alone for the faults a recompute catches first (the transformers oracle
-    off); no recompute at all for the others: they are caught at the step, from metadata."""
+    off); no recompute at all for the others: they are caught at the step, from metadata.
+    `stopped_by`: sglang's own check stops the engine with that message (record_and_check)."""
     spec = FAULTS[fault]
     log = tmp_path / "faults.jsonl"
     args = ["--model", model, "--fault", fault, "--strategy", strategy, "--page-size", str(page_size)]
     args += ["--tree-core", tree_core, "--verify", "engine" if first_check_that_sees(fault, strategy) in RECOMPUTE_CHECKS else "off"]
     args += ["--mixed-chunk"] if "mixed-chunk" in spec.requires else []
     args += ["--tp", "2"] if "tp" in spec.requires else []
-    violations, summary = record_and_check(tmp_path, *args, env={**os.environ, **VERIFY_ENV, LOG_ENV: str(log)}, mcinspect=mcinspect)
+    env = {**os.environ, **VERIFY_ENV, LOG_ENV: str(log)}
+    violations, summary = record_and_check(tmp_path, *args, env=env, mcinspect=mcinspect, stopped_by=stopped_by)
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["fault"] == fault and a["step"] is not None for a in actions)
     first = min(a["step"] for a in actions)

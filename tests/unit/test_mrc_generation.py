@@ -22,7 +22,16 @@ from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE, resolve, select  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_engine_hooks.hooks_mrc import HOOKS  # noqa: E402
-from mcinspect_engine_hooks.req_kv import FlatKv, fields_of, key_tokens, kv_of, node_id_of, prefix_len_of  # noqa: E402
+from mcinspect_engine_hooks.req_kv import (  # noqa: E402
+    FlatKv,
+    decode_track_entries,
+    decode_track_mask,
+    fields_of,
+    key_tokens,
+    kv_of,
+    node_id_of,
+    prefix_len_of,
+)
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import factory  # noqa: E402
@@ -77,6 +86,25 @@ def test_a_request_with_a_slim_kv_reads_its_own_fields() -> None:
         kv.no_such_field  # noqa: B018 - a name neither the Req nor its kv has is not made up
 
 
+def test_0_5_17s_decode_track_rows_are_recomputed_once_per_prepared_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5.17's decode batch keeps only the device mask: its rows come from sglang's rule
+    (seq_lens_cpu % mamba_track_interval), computed once for the three hooks after prepare_for_decode."""
+    reads = []
+    monkeypatch.setattr("sglang.srt.server_args.get_global_server_args", lambda: reads.append(1) or SimpleNamespace(mamba_track_interval=4))
+    reqs = [_flat_req(kv=SimpleNamespace(kv_allocated_len=8, swa_evicted_seqlen=0), mamba_next_track_idx=n) for n in (1, 0, None)]
+    batch = SimpleNamespace(reqs=reqs, mamba_track_mask=torch.tensor([True, False, False]), seq_lens_cpu=torch.tensor([8, 9, 12]))
+    for _ in range(3):
+        assert decode_track_mask(batch) == [True, False, True] and decode_track_entries(batch) == [1, 0, 0]
+    assert len(reads) == 1
+    batch.seq_lens_cpu = batch.seq_lens_cpu + 1  # the next prepare_for_decode: a new tensor
+    assert decode_track_mask(batch) == [False, False, False] and len(reads) == 2
+    batch.seq_lens_cpu += 2  # changed in place: its version says so
+    assert decode_track_mask(batch) == [False, True, False] and len(reads) == 3
+    assert decode_track_mask(SimpleNamespace(mamba_track_mask=None)) is None  # no decode track this step
+    newer = SimpleNamespace(mamba_track_mask_cpu=[False, True], mamba_track_buffer_indices=[0, 1])  # 0.5.18 on: sglang's own
+    assert decode_track_mask(newer) == [False, True] and decode_track_entries(newer) == [0, 1] and len(reads) == 3
+
+
 def test_a_key_reads_its_tokens_with_or_without_raw_token_ids() -> None:
     capped = SimpleNamespace(token_ids=array("q", [1, 2, 3]), raw_token_ids=lambda: array("q", [1, 2]))  # 0.5.14 on
     assert list(key_tokens(capped)) == [1, 2]
@@ -87,14 +115,29 @@ def test_every_row_or_its_fallback_exists_in_the_installed_mamba_radix_cache_rel
     """In a release venv of 0.5.13-0.5.15: nothing skipped (0.5.13-0.5.14 run the copy-on-write in
     the mamba attention backend: the cow.copy row's fallback). 0.5.12: the four rows of admission
     groups and the deferred copy-on-write, which it does not have."""
-    pytest.importorskip("sglang.srt.mem_cache.mamba_radix_cache", reason="MambaRadixCache: sglang <= 0.5.15")
+    _served_mamba_radix_cache()
     import importlib.metadata
 
     selection = resolve(MAMBA_RADIX_CACHE)
-    expected = OLDEST_SKIPPED if importlib.metadata.version("sglang") == "0.5.12" else set()
-    assert {h.target for h in selection.skipped} == expected and select() == selection, selection.skipped_line()
+    expected = OLDEST_SKIPPED if importlib.metadata.version("sglang") in OLDEST_RELEASES else set()
+    assert {h.target for h in selection.skipped} == expected, selection.skipped_line()
+    chosen = select()  # the same hooks, the unified generation passed over
+    assert (chosen.generation, chosen.hooks, chosen.skipped) == (selection.generation, selection.hooks, selection.skipped)
 
 
+def _served_mamba_radix_cache() -> Any:
+    """sglang's MambaRadixCache module where the installed release is read as that generation, found
+    by feature as the engine finds it (generations.select); skipped elsewhere: 0.5.16 on still ship
+    the class, changed, but their scheduler builds a UnifiedRadixCache."""
+    mrc = pytest.importorskip("sglang.srt.mem_cache.mamba_radix_cache", reason="MambaRadixCache: sglang <= 0.5.15")
+    generation = getattr(select(), "generation", None)  # None: Unsupported
+    if generation is not MAMBA_RADIX_CACHE:
+        pytest.skip(f"this sglang is read as {getattr(generation, 'name', 'no generation')}, not {MAMBA_RADIX_CACHE.name}")
+    return mrc
+
+
+OLDEST_RELEASES = ("0.5.11", "0.5.12")
+"""Without admission groups and the deferred copy-on-write."""
 OLDEST_SKIPPED = {
     "mem_cache.allocator.mamba.MambaSlotAllocator.alloc_group_begin",
     "mem_cache.allocator.mamba.MambaSlotAllocator.alloc_group_end",
@@ -143,7 +186,7 @@ class _Slots:
 
 
 def _real_cache() -> Any:
-    mrc = pytest.importorskip("sglang.srt.mem_cache.mamba_radix_cache", reason="MambaRadixCache: sglang <= 0.5.15")
+    mrc = _served_mamba_radix_cache()
     cache = mrc.MambaRadixCache.__new__(mrc.MambaRadixCache)
     slots = _Slots()
     cache.__dict__.update(

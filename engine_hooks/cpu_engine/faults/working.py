@@ -10,7 +10,6 @@ Each function here is a hook body for sglang's HookRegistry (see `base.Hook`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,10 +28,9 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
     from sglang.srt.server_args import get_global_server_args
 
     extend_len, extend_end = _extend(req)
-    checkpoint_grid = getattr(runtime_context, "mamba_checkpoint_grid", None)  # 0.5.16: not there yet, the same rule
-    prefill_grid = (
-        checkpoint_grid(page_size) if checkpoint_grid is not None else math.lcm(get_global_server_args().mamba_cache_chunk_size, page_size)
-    )
+    checkpoint_grid = getattr(runtime_context, "mamba_checkpoint_grid", None)
+    # 0.5.17: a prefill checkpoints from one mamba_cache_chunk_size on (its ServerArgs property, the page folded in)
+    prefill_grid = checkpoint_grid(page_size) if checkpoint_grid is not None else get_global_server_args().mamba_cache_chunk_size
     if extend_len >= prefill_grid:
         return False
     track_grid = getattr(runtime_context, "mamba_track_grid", None)  # 0.5.18: the decode track interval alone
