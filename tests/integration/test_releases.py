@@ -7,7 +7,7 @@ engine starts.
 CI runs 0.5.22's own mixed-chunk bug caught and 0.5.15's demo read clean (one release of each
 older generation: CI's time budget); MCINSPECT_RELEASE_MATRIX=1
 adds its clean demo, 0.5.21, 0.5.20, 0.5.19, 0.5.18, 0.5.17 and 0.5.16 (the same two), the whole fault library per release
-(less the faults a release has for real), 0.5.19's, 0.5.18's and 0.5.17's own #37836 caught, 0.5.11-0.5.14, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
+(less the faults a release has for real), 0.5.19's, 0.5.18's, 0.5.17's and 0.5.16's own #37836 caught, 0.5.11-0.5.14, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_the_real_mixed_chunk_bug_of_the_release_is_caught_on_the_unpatched_engi
     assert min(v["step"] for v in found) == first_unwritten  # the metadata check sees it first, at the step
 
 
-REAL_37836 = ("0.5.19", "0.5.18", "0.5.17")
+REAL_37836 = ("0.5.19", "0.5.18", "0.5.17", "0.5.16")
 """The supported releases with #37836 for real (fixed in 0.5.20): their Mamba2 prefill tracking reads
 the chunk states per request from Mamba2's one flat grid."""
 
