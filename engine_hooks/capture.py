@@ -44,7 +44,6 @@ batch k -> launch its forward -> process the result of batch k-1 -> capture. So 
 
 from __future__ import annotations
 
-import bisect
 import gc
 import time
 from collections.abc import Iterable, Iterator
@@ -52,6 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from mcinspect.schema import (
@@ -78,7 +78,7 @@ from .events import EventSink
 from .generations import UNIFIED_TREE_CORE, Generation
 from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
 from .published_state import PublishedState
-from .tensor_runs import ints_of_many
+from .tensor_runs import host_concat
 
 
 @dataclass
@@ -151,7 +151,9 @@ class Capture:
         """Rust core: every tree-owned slot as of the last capture, shown or not. (The Python
         core shows every node, so `_tree_slots` is the whole truth there.)"""
         self._req_claims: dict[SlotId, list[SlotClaim]] = {}
-        self._free: set[int] = set()
+        self._free = np.zeros(0, dtype=bool)
+        """The allocator's free slots as of the last capture, as a bitmap (index: slot id): one
+        vectorised compare finds what moved, where sets of a 100k-slot pool took ms a step."""
         self._admission: set[int] = set()
         self._arena: dict[int, Any] | None = None
         self._max_node_id = -1
@@ -233,8 +235,9 @@ class Capture:
         self._requests, self._req_claims = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         self._admission = set(self.sink.admission_slots())
         self._free = free = self._read_free()
+        is_free = free.tolist()
         in_tree = set(self._tree_flat.tolist())
-        self._slots = CowMap((SlotId(slot), self._claims(slot, slot in free, slot in in_tree)) for slot in range(1, self.size + 1))
+        self._slots = CowMap((SlotId(slot), self._claims(slot, is_free[slot], slot in in_tree)) for slot in range(1, self.size + 1))
         self._kv = self._kv_reader.read()
         self._step = step
         self._catch_up = None
@@ -288,7 +291,11 @@ class Capture:
                 if resync:
                     catch_up.slot_sweep = Bulk(range(1, self.size + 1))
                 free = self._read_free()  # the free list moves step by step too: a tree filling up takes every slot
-                catch_up.slots |= free ^ self._free
+                moved = self._free_moved(free)
+                if len(moved) > IMMEDIATE_NODES:  # rebuilt a chunk at a time, as the tree's
+                    catch_up.slot_sweep.add(moved)
+                else:
+                    catch_up.slots.update(moved.tolist())
                 self._free = free
                 if not self._advance(catch_up):
                     return None
@@ -307,7 +314,7 @@ class Capture:
         self._admission = admission
         if catch_up is None:  # a catch-up read the free list above: it cannot move within the step
             free = self._read_free()
-            changed_slots |= free ^ self._free
+            changed_slots.update(self._free_moved(free).tolist())
             self._free = free
         if resync and catch_up is None:
             changed_slots |= set(range(1, self.size + 1))
@@ -360,7 +367,7 @@ class Capture:
 
     # --- nodes ---
 
-    def _marked_nodes(self) -> tuple[set[int], list[int], bool]:
+    def _marked_nodes(self) -> tuple[set[int], list[int] | range, bool]:
         """Python core: the nodes to read for this step: (marked by the hooks, created since (the
         arena's tail), everything): with everything (the arena was replaced by `reset()` or a mark
         overflow) the tail is the whole arena, and every baseline node may be gone too."""
@@ -370,13 +377,15 @@ class Capture:
         if arena is not self._arena:
             self._arena, self._max_node_id = arena, max(self._max_node_id, newest)
             return marks, list(arena), True
-        tail: list[int] = []
+        tail: list[int] | range = []
         for count, node_id in enumerate(reversed(arena)):
             if node_id <= self._max_node_id:
                 break
-            if count == IMMEDIATE_NODES:  # a tree grown unwatched: find the tail in C, not node by node
-                ids = list(arena)
-                tail = ids[bisect.bisect_right(ids, self._max_node_id) :]
+            if count == IMMEDIATE_NODES:
+                # A tree grown unwatched: its new ids are all above the last seen (sglang counts
+                # them up), so the tail is a range, O(1) where a list of the arena was ms; the
+                # ids in it no longer (or never) in this arena are skipped when read.
+                tail = range(self._max_node_id + 1, newest + 1)
                 break
             tail.append(node_id)
         self._max_node_id = max(self._max_node_id, newest)
@@ -440,21 +449,32 @@ class Capture:
             owners = {NodeId(-1): -1}
         return claims_for_slot(sid, free, owners, self._req_claims.get(sid, []), slot in self._admission)
 
-    def _read_free(self) -> set[int]:
-        """The mamba allocator's free slots now (one device copy)."""
-        return set(ints_of_many([self._pools.free_mamba_slots(self.pool)])[0])
+    def _read_free(self) -> np.ndarray:
+        """The mamba allocator's free slots now, as a bitmap over 0..size (one device copy)."""
+        size = self.size
+        slots, _ = host_concat([self._pools.free_mamba_slots(self.pool)])
+        free = np.zeros(size + 1, dtype=bool)
+        free[slots[(slots >= 0) & (slots <= size)]] = True
+        return free
 
-    def _reclaim(self, slots: Iterable[int], free: set[int]) -> dict[SlotId, tuple[SlotClaim, ...]]:
+    def _free_moved(self, free: np.ndarray) -> np.ndarray:
+        """Slots that entered or left the free list since the last capture."""
+        if len(free) != len(self._free):  # the first step after full_state of an empty bitmap
+            return np.arange(1, len(free))
+        return np.flatnonzero(free != self._free)
+
+    def _reclaim(self, slots: Iterable[int], free: np.ndarray) -> dict[SlotId, tuple[SlotClaim, ...]]:
         """New claim lists for `slots` (within 1..size) that differ from the baseline."""
         wanted = sorted(s for s in slots if 1 <= s <= self.size)
         if not wanted:
             return {}
+        is_free = free[wanted].tolist()
         in_tree = [False] * len(wanted)
         if self._tree_flat.numel():  # the Rust core's tree slots (always empty on the Python core)
             in_tree = torch.isin(torch.tensor(wanted, dtype=self._tree_flat.dtype), self._tree_flat).tolist()
         out = {}
-        for slot, slot_in_tree in zip(wanted, in_tree):
-            claims = self._claims(slot, slot in free, slot_in_tree)
+        for slot, slot_free, slot_in_tree in zip(wanted, is_free, in_tree):
+            claims = self._claims(slot, slot_free, slot_in_tree)
             if claims != self._slots.get(SlotId(slot)):
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims

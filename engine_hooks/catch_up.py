@@ -29,9 +29,12 @@ delta is the difference between the last published state and the state at that s
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from mcinspect.schema import NodeId, NodeRecord, SlotClaim, SlotId
 
@@ -48,19 +51,33 @@ SLOT_CHUNK = 256
 
 
 class Bulk:
-    """Ids to go through in order, a chunk at a time (a list or a range: taken in C, not id by id)."""
+    """Ids to go through in order, a chunk at a time: lists, ranges or numpy arrays, sliced (in C),
+    never copied or joined id by id (a part may hold every node or slot)."""
 
-    def __init__(self, ids: Sequence[int] = ()) -> None:
-        self._ids = ids
+    def __init__(self, *parts: Sequence[int] | np.ndarray) -> None:
+        self._parts: deque[Sequence[int] | np.ndarray] = deque(part for part in parts if len(part))
         self._next = 0
+        """Position in the first part."""
 
     def __len__(self) -> int:
-        return len(self._ids) - self._next
+        return sum(map(len, self._parts)) - self._next
+
+    def add(self, ids: Sequence[int] | np.ndarray) -> None:
+        """Go through `ids` after what is already here (kept as it is: not copied)."""
+        if len(ids):
+            self._parts.append(ids)
 
     def take(self, n: int) -> Sequence[int]:
-        chunk = self._ids[self._next : self._next + n]
+        """Up to `n` next ids (fewer only at the end of a part)."""
+        if not self._parts:
+            return []
+        part = self._parts[0]
+        chunk = part[self._next : self._next + n]
         self._next += len(chunk)
-        return chunk
+        if self._next >= len(part):
+            self._parts.popleft()
+            self._next = 0
+        return chunk.tolist() if isinstance(chunk, np.ndarray) else chunk
 
 
 @dataclass
@@ -90,7 +107,7 @@ class CatchUp:
     """Slots whose tree owner changed during the catch-up (Capture.owner_changes)."""
     steps: int = 0
 
-    def mark(self, marks: set[int], tail: list[int], everything: bool, baseline: Sequence[int]) -> None:
+    def mark(self, marks: set[int], tail: Sequence[int], everything: bool, baseline: Sequence[int]) -> None:
         """Add a step's nodes to read: `marks`, the arena's `tail` (new since the last step), or with
         `everything` the whole arena as `tail` and the `baseline`'s ids to check for removal."""
         if len(marks) > len(self.todo):  # the hooks' set of a tree grown unwatched: adopt it, not copy it
@@ -100,7 +117,7 @@ class CatchUp:
             self.sweep, self.gone = Bulk(tail), Bulk(baseline)
             self.stale_depths, self.fresh = True, set()
         elif len(tail) > IMMEDIATE_NODES:
-            self.sweep = Bulk([*self.sweep.take(len(self.sweep)), *tail])
+            self.sweep.add(tail)
         else:
             self.todo.update(tail)
 
@@ -108,6 +125,9 @@ class CatchUp:
         """The next chunk of node ids to read (the bulk first), None when none is left."""
         if self.sweep:
             chunk = self.sweep.take(NODE_CHUNK)
+            # Read now: the marks so far are these nodes' changes up to now (a later change marks
+            # them again). A tree grown unwatched has every new node both marked and in the tail.
+            self.todo.difference_update(chunk)
             if not self.sweep:  # every node of the arena at the overflow has been read again
                 self.stale_depths, self.fresh = False, set()
             return chunk
