@@ -45,22 +45,30 @@ from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import cpu_cache  # noqa: E402
 
-SECTIONS = ("_marked_nodes", "_read_free", "_advance", "_read_nodes", "_reclaim", "_apply_requests", "published")
+SECTIONS = ("_marked_nodes", "_read_free", "_advance", "_read_nodes", "_reclaim", "_apply_requests", "_move_owners", "published")
 """Capture methods timed within a step (nested ones count in their caller too)."""
+COUNTED = {"_read_nodes": "nodes", "_reclaim": "slots"}
+"""Sections whose first argument is counted (shown without "ms")."""
+
+
+def split_text(split: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0f}" if k in COUNTED.values() else f"{k} {v * 1e3:.1f}" for k, v in split.items())
 
 
 def timed_sections(capture: Capture, into: dict[str, float]) -> None:
-    for name in SECTIONS:
-        method = getattr(capture, name)
+    for owner, name in [(capture, name) for name in SECTIONS] + [(capture._kv_reader, "read")]:
+        method = getattr(owner, name)
 
         def wrapper(*args: Any, _method: Callable[..., Any] = method, _name: str = name, **kwargs: Any) -> Any:
+            if _name in COUNTED:  # its first argument: the nodes read, the slots rebuilt
+                into[COUNTED[_name]] = into.get(COUNTED[_name], 0) + len(list(args[0]))
             began = time.perf_counter()
             try:
                 return _method(*args, **kwargs)
             finally:
                 into[_name] = into.get(_name, 0.0) + time.perf_counter() - began
 
-        setattr(capture, name, wrapper)
+        setattr(owner, name, wrapper)
 
 
 def run_catch_up(label: str, capture: Capture, work: Any, rng: random.Random, step: int, cprofile: bool) -> int:
@@ -105,15 +113,25 @@ def run_catch_up(label: str, capture: Capture, work: Any, rng: random.Random, st
             break
     ms = sorted(w for w, _, _ in walls)
     print(f"{label}: {n} steps to publish; step ms: median {ms[len(ms) // 2] * 1e3:.1f}, max {ms[-1] * 1e3:.1f}")
-    print(f"  first step {walls[0][0] * 1e3:.1f} ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in walls[0][1].items()))
-    print(f"  last step {walls[-1][0] * 1e3:.1f} ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in walls[-1][1].items()))
+    nodes, slots = (sum(split.get(key, 0) for _, split, _ in walls) for key in ("nodes", "slots"))
+    print(f"  read {nodes:.0f} nodes, rebuilt {slots:.0f} slots in all")
+    print(f"  first step {walls[0][0] * 1e3:.1f} ms: " + split_text(walls[0][1]))
+    print(f"  last step {walls[-1][0] * 1e3:.1f} ms: " + split_text(walls[-1][1]))
     for wall, split, i in sorted(walls, key=lambda w: w[0], reverse=True)[:4]:
-        print(f"  worst: step {i} {wall * 1e3:.1f} ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in split.items()))
+        print(f"  worst: step {i} {wall * 1e3:.1f} ms: " + split_text(split))
     if worst_profile[1]:
         print(worst_profile[1])
+    for extra in range(1, 4):  # the ordinary steps after it
+        work.ten_changes(rng)
+        into.clear()
+        began = time.perf_counter()
+        capture.step(Step(step + n + extra))
+        print(f"  step {n + extra} after it: {(time.perf_counter() - began) * 1e3:.1f} ms: {split_text(into)}")
+    n += 3
     gc.callbacks.remove(gc_timer)
     for name in SECTIONS:  # unwrap
         capture.__dict__.pop(name, None)
+    capture._kv_reader.__dict__.pop("read", None)
     return step + n
 
 
