@@ -283,11 +283,13 @@ class Capture:
             if catch_up is None and self._budget_s is not None and (resync or many):
                 catch_up = self._catch_up = CatchUp(self.published())
             if catch_up is None:
-                todo = marks.union(tail, self._nodes.keys() if everything else ())
+                todo = marks.union(tail, self._nodes if everything else ())
                 upserts, removed = self._read_nodes(todo, set())
                 changed_slots = self._apply_nodes(upserts, removed)
             else:
-                catch_up.mark(marks, tail, everything, self._nodes.keys() if everything else ())
+                # After an overflow every baseline node may be gone: its frozen shards are gone
+                # through a shard at a time (freezing is O(shards); a list of its ids was ms).
+                catch_up.mark(marks, tail, everything, self._nodes.freeze().shards() if everything else [])
                 if resync:
                     catch_up.slot_sweep = Bulk(range(1, self.size + 1))
                 free = self._read_free()  # the free list moves step by step too: a tree filling up takes every slot
@@ -376,7 +378,11 @@ class Capture:
         newest = next(reversed(arena), -1)  # the newest is the largest
         if arena is not self._arena:
             self._arena, self._max_node_id = arena, max(self._max_node_id, newest)
-            return marks, list(arena), True
+            oldest = next(iter(arena), 0)
+            # The ids counted up since the oldest, when the arena holds most of them: O(1), where a
+            # list of the arena is ms at 100k (the ids in the range it lacks are skipped when read).
+            every = range(oldest, newest + 1) if newest + 1 - oldest <= 2 * len(arena) else list(arena)
+            return marks, every, True
         tail: list[int] | range = []
         for count, node_id in enumerate(reversed(arena)):
             if node_id <= self._max_node_id:
@@ -465,7 +471,8 @@ class Capture:
 
     def _reclaim(self, slots: Iterable[int], free: np.ndarray) -> dict[SlotId, tuple[SlotClaim, ...]]:
         """New claim lists for `slots` (within 1..size) that differ from the baseline."""
-        wanted = sorted(s for s in slots if 1 <= s <= self.size)
+        size = self.size
+        wanted = sorted(s for s in slots if 1 <= s <= size)
         if not wanted:
             return {}
         is_free = free[wanted].tolist()

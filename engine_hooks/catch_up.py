@@ -29,8 +29,9 @@ delta is the difference between the last published state and the state at that s
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,19 +51,24 @@ SLOT_CHUNK = 256
 """Slot claim lists rebuilt between two looks at the clock."""
 
 
-class Bulk:
-    """Ids to go through in order, a chunk at a time: lists, ranges or numpy arrays, sliced (in C),
-    never copied or joined id by id (a part may hold every node or slot)."""
+Part = Sequence[int] | np.ndarray | Mapping[int, Any]
+"""Ids of a Bulk: a list, range or numpy array (sliced), or the keys of a dict nobody changes
+(a frozen shard: cow_map.py)."""
 
-    def __init__(self, *parts: Sequence[int] | np.ndarray) -> None:
-        self._parts: deque[Sequence[int] | np.ndarray] = deque(part for part in parts if len(part))
+
+class Bulk:
+    """Ids to go through in order, a chunk at a time, each part sliced (in C), never copied or
+    joined id by id (a part may hold every node or slot)."""
+
+    def __init__(self, *parts: Part) -> None:
+        self._parts: deque[Part] = deque(part for part in parts if len(part))
         self._next = 0
         """Position in the first part."""
 
     def __len__(self) -> int:
         return sum(map(len, self._parts)) - self._next
 
-    def add(self, ids: Sequence[int] | np.ndarray) -> None:
+    def add(self, ids: Part) -> None:
         """Go through `ids` after what is already here (kept as it is: not copied)."""
         if len(ids):
             self._parts.append(ids)
@@ -72,7 +78,10 @@ class Bulk:
         if not self._parts:
             return []
         part = self._parts[0]
-        chunk = part[self._next : self._next + n]
+        if isinstance(part, Mapping):
+            chunk: Sequence[int] | np.ndarray = list(itertools.islice(part, self._next, self._next + n))
+        else:
+            chunk = part[self._next : self._next + n]
         self._next += len(chunk)
         if self._next >= len(part):
             self._parts.popleft()
@@ -107,14 +116,15 @@ class CatchUp:
     """Slots whose tree owner changed during the catch-up (Capture.owner_changes)."""
     steps: int = 0
 
-    def mark(self, marks: set[int], tail: Sequence[int], everything: bool, baseline: Sequence[int]) -> None:
+    def mark(self, marks: set[int], tail: Sequence[int], everything: bool, baseline: list[Mapping[int, Any]]) -> None:
         """Add a step's nodes to read: `marks`, the arena's `tail` (new since the last step), or with
-        `everything` the whole arena as `tail` and the `baseline`'s ids to check for removal."""
+        `everything` the whole arena as `tail` and the ids of the `baseline`'s frozen shards to
+        check for removal."""
         if len(marks) > len(self.todo):  # the hooks' set of a tree grown unwatched: adopt it, not copy it
             self.todo, marks = marks, self.todo
         self.todo |= marks
         if everything:
-            self.sweep, self.gone = Bulk(tail), Bulk(baseline)
+            self.sweep, self.gone = Bulk(tail), Bulk(*baseline)
             self.stale_depths, self.fresh = True, set()
         elif len(tail) > IMMEDIATE_NODES:
             self.sweep.add(tail)
@@ -140,7 +150,9 @@ class CatchUp:
     def next_slots(self) -> Sequence[int] | None:
         """The next chunk of slots to rebuild (the bulk first), None when none is left."""
         if self.slot_sweep:
-            return self.slot_sweep.take(SLOT_CHUNK)
+            chunk = self.slot_sweep.take(SLOT_CHUNK)
+            self.slots.difference_update(chunk)  # rebuilt now: a later move of its inputs adds it again
+            return chunk
         if self.slots:
             return [self.slots.pop() for _ in range(min(SLOT_CHUNK, len(self.slots)))]
         return None
