@@ -258,3 +258,35 @@ def test_a_published_state_is_frozen_under_the_lock_and_stays_as_taken(hooks: tu
     tree.change()
     assert capture.step(Step(5)) is None
     assert during.to_cache_state(rest=lambda seconds: None) == moved == capture.state
+
+
+def test_a_tree_grown_unwatched_is_read_once_and_its_taken_slots_swept(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """Every new node is both marked by the hooks and in the arena's tail: the sweep of the tail
+    drops the marks of what it read, so each is read once (they were read twice). The slots the
+    tree took left the free list: more than a step reads, they are swept in chunks, never held as
+    a set of every slot, and a slot swept drops its pending rebuild."""
+    sink, errors = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
+    published = capture.full_state(Step(0))
+    arena = tree.scheduler.tree_cache.tree_core._node_arena
+    before = len(arena)
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    grown = len(arena) - before
+    nodes, slots = spy(capture)
+    n = 0
+    while True:
+        n += 1
+        parts = capture.step(Step(n))
+        if parts is not None:
+            break
+        pending = capture._catch_up
+        assert pending is not None and len(pending.slots) <= IMMEDIATE_NODES  # no set of every taken slot
+        tree.change()  # a few marks a step, read again
+    apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, n)
+    changed = 10 * n  # tree.change() marks a few nodes a step (inserts, a split, a match, an eviction)
+    assert grown <= sum(nodes) <= grown + changed < 2 * grown
+    assert sum(slots) <= 2 * grown + changed  # the free list's and the new nodes' slots, each once
+    assert errors.total == 0
