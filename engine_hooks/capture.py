@@ -7,8 +7,9 @@ deltas whose cost scales with what changed.
 - nodes: the ids the hooks marked dirty (`EventSink.dirty_nodes`, see events.py) plus nodes
   created since (ids only grow and the core's arena is insertion-ordered, so new nodes are
   the arena's tail down to the largest id seen); depths come from the previous records;
-- mamba slots: the slots that entered or left the allocator's free list (one read of it, O(pool
-  free slots)), the slots of changed nodes, and those whose request claims changed; a slot's
+- mamba slots: the slots that entered or left the allocator's free list (one read of it into a
+  bitmap compared in numpy, O(pool)), the slots of changed nodes, and those whose request
+  claims changed; a slot's
   claims depend on nothing else, so they are rebuilt for those slots only;
 - requests: re-read every step (O(held requests)); a row's KV runs are re-read only from
   where the row grew;

@@ -8,9 +8,14 @@ of it. Meanwhile:
 
 - the O(tree) parts are bulk work read in chunks like the rest, never in one step: the nodes to
   sweep (every node after an overflow or a `reset()`, the arena's tail after the tree grew
-  unwatched), the baseline's nodes to check for removal (`gone`), every slot after an overflow
-  (`slot_sweep`); the bulk goes before the marks, which arrive every step and would otherwise
-  take every step's budget;
+  unwatched), the baseline's nodes to check for removal (`gone`), the slots that entered or
+  left the free list and every slot after an overflow (`slot_sweep`); the bulk goes before the
+  marks, which arrive every step and would otherwise take every step's budget. Not even a list
+  of the bulk is made in one step: it is a range of ids (sglang counts node ids up), the
+  baseline's frozen shards, or a numpy array (`Bulk`), sliced a chunk at a time;
+- a node or slot read from the bulk drops its pending mark (the marks so far are changes up to
+  now; a later change marks it again): a tree grown unwatched has every new node both marked
+  and in the arena's tail;
 - after an overflow any baseline depth may be stale (the marks of splits were dropped): until
   the sweep is done, only the depths of nodes read in this catch-up are trusted (`stale_depths`);
 - the baseline moves chunk by chunk (nodes, tree slot index and owners, slot claims), so a node read early
