@@ -81,6 +81,9 @@ from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
 from .published_state import PublishedState
 from .tensor_runs import host_concat
 
+RETIRED_A_STEP = 8
+"""Shards of a finished catch-up's published state freed a step (1024 entries each)."""
+
 
 @dataclass
 class DeltaParts:
@@ -163,6 +166,8 @@ class Capture:
         self._catch_up: CatchUp | None = None
         self._owners: dict[SlotId, NodeId] = {}
         self.owner_changes: set[int] = set()
+        self._retired: list[dict[Any, Any]] = []
+        """Shards of a finished catch-up's published state, freed RETIRED_A_STEP a step."""
         """Slots whose tree owner (`tree_owners`) changed at the last capture."""
 
     @property
@@ -271,6 +276,7 @@ class Capture:
         """What changed since the previous capture; moves the baseline to now. None while a
         catch-up spread over steps is under way (nothing to publish yet; see catch_up.py)."""
         assert self._kv is not None, "full_state() first"
+        del self._retired[-RETIRED_A_STEP:]
         held = self._pools.held_requests(self.scheduler, batch)
         resync = self.sink.overflowed  # too many marks piled up: re-read all, then diff
         if resync:
@@ -303,6 +309,10 @@ class Capture:
                 if not self._advance(catch_up):
                     return None
                 self._catch_up = None
+                # The state it published is dropped with it: every shard the baseline copied
+                # since, the old records and claims in them (100k tuples after a tree filled up
+                # unwatched) would be freed in this step, ms of it. Freed a few a step instead.
+                self._retired += catch_up.published.nodes.shards() + catch_up.published.slots.shards()
                 upserts, removed = list(catch_up.upserts.values()), list(catch_up.removed)
                 changed_slots = set()
         else:
