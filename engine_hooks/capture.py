@@ -9,8 +9,8 @@ deltas whose cost scales with what changed.
   the arena's tail down to the largest id seen); depths come from the previous records;
 - mamba slots: the slots that entered or left the allocator's free list (one read of it into a
   bitmap compared in numpy, O(pool)), the slots of changed nodes, and those whose request
-  claims changed; a slot's
-  claims depend on nothing else, so they are rebuilt for those slots only;
+  claims changed; a slot's claims depend on nothing else, so they are rebuilt for those slots
+  only;
 - requests: re-read every step (O(held requests)); a row's KV runs are re-read only from
   where the row grew;
 - KV: re-read only if the allocator bound a new free list (O(free pages), vectorised).
@@ -166,9 +166,9 @@ class Capture:
         self._catch_up: CatchUp | None = None
         self._owners: dict[SlotId, NodeId] = {}
         self.owner_changes: set[int] = set()
+        """Slots whose tree owner (`tree_owners`) changed at the last capture."""
         self._retired: list[dict[Any, Any]] = []
         """Shards of a finished catch-up's published state, freed RETIRED_A_STEP a step."""
-        """Slots whose tree owner (`tree_owners`) changed at the last capture."""
 
     @property
     def full_detail(self) -> bool:
