@@ -7,9 +7,10 @@ deltas whose cost scales with what changed.
 - nodes: the ids the hooks marked dirty (`EventSink.dirty_nodes`, see events.py) plus nodes
   created since (ids only grow and the core's arena is insertion-ordered, so new nodes are
   the arena's tail down to the largest id seen); depths come from the previous records;
-- mamba slots: the slots that entered or left the allocator's free list (one read of it, O(pool
-  free slots)), the slots of changed nodes, and those whose request claims changed; a slot's
-  claims depend on nothing else, so they are rebuilt for those slots only;
+- mamba slots: the slots that entered or left the allocator's free list (one read of it into a
+  bitmap compared in numpy, O(pool)), the slots of changed nodes, and those whose request
+  claims changed; a slot's claims depend on nothing else, so they are rebuilt for those slots
+  only;
 - requests: re-read every step (O(held requests)); a row's KV runs are re-read only from
   where the row grew;
 - KV: re-read only if the allocator bound a new free list (O(free pages), vectorised).
@@ -44,7 +45,6 @@ batch k -> launch its forward -> process the result of batch k-1 -> capture. So 
 
 from __future__ import annotations
 
-import bisect
 import gc
 import time
 from collections.abc import Iterable, Iterator
@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from mcinspect.schema import (
@@ -78,7 +79,10 @@ from .events import EventSink
 from .generations import UNIFIED_TREE_CORE, Generation
 from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
 from .published_state import PublishedState
-from .tensor_runs import ints_of_many
+from .tensor_runs import host_concat
+
+RETIRED_A_STEP = 8
+"""Shards of a finished catch-up's published state freed a step (1024 entries each)."""
 
 
 @dataclass
@@ -151,7 +155,9 @@ class Capture:
         """Rust core: every tree-owned slot as of the last capture, shown or not. (The Python
         core shows every node, so `_tree_slots` is the whole truth there.)"""
         self._req_claims: dict[SlotId, list[SlotClaim]] = {}
-        self._free: set[int] = set()
+        self._free = np.zeros(0, dtype=bool)
+        """The allocator's free slots as of the last capture, as a bitmap (index: slot id): one
+        vectorised compare finds what moved, where sets of a 100k-slot pool took ms a step."""
         self._admission: set[int] = set()
         self._arena: dict[int, Any] | None = None
         self._max_node_id = -1
@@ -161,6 +167,8 @@ class Capture:
         self._owners: dict[SlotId, NodeId] = {}
         self.owner_changes: set[int] = set()
         """Slots whose tree owner (`tree_owners`) changed at the last capture."""
+        self._retired: list[dict[Any, Any]] = []
+        """Shards of a finished catch-up's published state, freed RETIRED_A_STEP a step."""
 
     @property
     def full_detail(self) -> bool:
@@ -233,8 +241,9 @@ class Capture:
         self._requests, self._req_claims = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         self._admission = set(self.sink.admission_slots())
         self._free = free = self._read_free()
+        is_free = free.tolist()
         in_tree = set(self._tree_flat.tolist())
-        self._slots = CowMap((SlotId(slot), self._claims(slot, slot in free, slot in in_tree)) for slot in range(1, self.size + 1))
+        self._slots = CowMap((SlotId(slot), self._claims(slot, is_free[slot], slot in in_tree)) for slot in range(1, self.size + 1))
         self._kv = self._kv_reader.read()
         self._step = step
         self._catch_up = None
@@ -267,6 +276,7 @@ class Capture:
         """What changed since the previous capture; moves the baseline to now. None while a
         catch-up spread over steps is under way (nothing to publish yet; see catch_up.py)."""
         assert self._kv is not None, "full_state() first"
+        del self._retired[-RETIRED_A_STEP:]
         held = self._pools.held_requests(self.scheduler, batch)
         resync = self.sink.overflowed  # too many marks piled up: re-read all, then diff
         if resync:
@@ -280,19 +290,29 @@ class Capture:
             if catch_up is None and self._budget_s is not None and (resync or many):
                 catch_up = self._catch_up = CatchUp(self.published())
             if catch_up is None:
-                todo = marks.union(tail, self._nodes.keys() if everything else ())
+                todo = marks.union(tail, self._nodes if everything else ())
                 upserts, removed = self._read_nodes(todo, set())
                 changed_slots = self._apply_nodes(upserts, removed)
             else:
-                catch_up.mark(marks, tail, everything, self._nodes.keys() if everything else ())
+                # After an overflow every baseline node may be gone: its frozen shards are gone
+                # through a shard at a time (freezing is O(shards); a list of its ids was ms).
+                catch_up.mark(marks, tail, everything, self._nodes.freeze().shards() if everything else [])
                 if resync:
                     catch_up.slot_sweep = Bulk(range(1, self.size + 1))
                 free = self._read_free()  # the free list moves step by step too: a tree filling up takes every slot
-                catch_up.slots |= free ^ self._free
+                moved = self._free_moved(free)
+                if len(moved) > IMMEDIATE_NODES:  # rebuilt a chunk at a time, as the tree's
+                    catch_up.slot_sweep.add(moved)
+                else:
+                    catch_up.slots.update(moved.tolist())
                 self._free = free
                 if not self._advance(catch_up):
                     return None
                 self._catch_up = None
+                # The state it published is dropped with it: every shard the baseline copied
+                # since, the old records and claims in them (100k tuples after a tree filled up
+                # unwatched) would be freed in this step, ms of it. Freed a few a step instead.
+                self._retired += catch_up.published.nodes.shards() + catch_up.published.slots.shards()
                 upserts, removed = list(catch_up.upserts.values()), list(catch_up.removed)
                 changed_slots = set()
         else:
@@ -307,7 +327,7 @@ class Capture:
         self._admission = admission
         if catch_up is None:  # a catch-up read the free list above: it cannot move within the step
             free = self._read_free()
-            changed_slots |= free ^ self._free
+            changed_slots.update(self._free_moved(free).tolist())
             self._free = free
         if resync and catch_up is None:
             changed_slots |= set(range(1, self.size + 1))
@@ -360,7 +380,7 @@ class Capture:
 
     # --- nodes ---
 
-    def _marked_nodes(self) -> tuple[set[int], list[int], bool]:
+    def _marked_nodes(self) -> tuple[set[int], list[int] | range, bool]:
         """Python core: the nodes to read for this step: (marked by the hooks, created since (the
         arena's tail), everything): with everything (the arena was replaced by `reset()` or a mark
         overflow) the tail is the whole arena, and every baseline node may be gone too."""
@@ -369,14 +389,20 @@ class Capture:
         newest = next(reversed(arena), -1)  # the newest is the largest
         if arena is not self._arena:
             self._arena, self._max_node_id = arena, max(self._max_node_id, newest)
-            return marks, list(arena), True
-        tail: list[int] = []
+            oldest = next(iter(arena), 0)
+            # The ids counted up since the oldest, when the arena holds most of them: O(1), where a
+            # list of the arena is ms at 100k (the ids in the range it lacks are skipped when read).
+            every = range(oldest, newest + 1) if newest + 1 - oldest <= 2 * len(arena) else list(arena)
+            return marks, every, True
+        tail: list[int] | range = []
         for count, node_id in enumerate(reversed(arena)):
             if node_id <= self._max_node_id:
                 break
-            if count == IMMEDIATE_NODES:  # a tree grown unwatched: find the tail in C, not node by node
-                ids = list(arena)
-                tail = ids[bisect.bisect_right(ids, self._max_node_id) :]
+            if count == IMMEDIATE_NODES:
+                # A tree grown unwatched: its new ids are all above the last seen (sglang counts
+                # them up), so the tail is a range, O(1) where a list of the arena was ms; the
+                # ids in it no longer (or never) in this arena are skipped when read.
+                tail = range(self._max_node_id + 1, newest + 1)
                 break
             tail.append(node_id)
         self._max_node_id = max(self._max_node_id, newest)
@@ -440,21 +466,33 @@ class Capture:
             owners = {NodeId(-1): -1}
         return claims_for_slot(sid, free, owners, self._req_claims.get(sid, []), slot in self._admission)
 
-    def _read_free(self) -> set[int]:
-        """The mamba allocator's free slots now (one device copy)."""
-        return set(ints_of_many([self._pools.free_mamba_slots(self.pool)])[0])
+    def _read_free(self) -> np.ndarray:
+        """The mamba allocator's free slots now, as a bitmap over 0..size (one device copy)."""
+        size = self.size
+        slots, _ = host_concat([self._pools.free_mamba_slots(self.pool)])
+        free = np.zeros(size + 1, dtype=bool)
+        free[slots[(slots >= 0) & (slots <= size)]] = True
+        return free
 
-    def _reclaim(self, slots: Iterable[int], free: set[int]) -> dict[SlotId, tuple[SlotClaim, ...]]:
+    def _free_moved(self, free: np.ndarray) -> np.ndarray:
+        """Slots that entered or left the free list since the last capture."""
+        if len(free) != len(self._free):  # the first step after full_state of an empty bitmap
+            return np.arange(1, len(free))
+        return np.flatnonzero(free != self._free)
+
+    def _reclaim(self, slots: Iterable[int], free: np.ndarray) -> dict[SlotId, tuple[SlotClaim, ...]]:
         """New claim lists for `slots` (within 1..size) that differ from the baseline."""
-        wanted = sorted(s for s in slots if 1 <= s <= self.size)
+        size = self.size
+        wanted = sorted(s for s in slots if 1 <= s <= size)
         if not wanted:
             return {}
+        is_free = free[wanted].tolist()
         in_tree = [False] * len(wanted)
         if self._tree_flat.numel():  # the Rust core's tree slots (always empty on the Python core)
             in_tree = torch.isin(torch.tensor(wanted, dtype=self._tree_flat.dtype), self._tree_flat).tolist()
         out = {}
-        for slot, slot_in_tree in zip(wanted, in_tree):
-            claims = self._claims(slot, slot in free, slot_in_tree)
+        for slot, slot_free, slot_in_tree in zip(wanted, is_free, in_tree):
+            claims = self._claims(slot, slot_free, slot_in_tree)
             if claims != self._slots.get(SlotId(slot)):
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims

@@ -8,9 +8,14 @@ of it. Meanwhile:
 
 - the O(tree) parts are bulk work read in chunks like the rest, never in one step: the nodes to
   sweep (every node after an overflow or a `reset()`, the arena's tail after the tree grew
-  unwatched), the baseline's nodes to check for removal (`gone`), every slot after an overflow
-  (`slot_sweep`); the bulk goes before the marks, which arrive every step and would otherwise
-  take every step's budget;
+  unwatched), the baseline's nodes to check for removal (`gone`), the slots that entered or
+  left the free list and every slot after an overflow (`slot_sweep`); the bulk goes before the
+  marks, which arrive every step and would otherwise take every step's budget. Not even a list
+  of the bulk is made in one step: it is a range of ids (sglang counts node ids up), the
+  baseline's frozen shards, or a numpy array (`Bulk`), sliced a chunk at a time;
+- a node or slot read from the bulk drops its pending mark (the marks so far are changes up to
+  now; a later change marks it again): a tree grown unwatched has every new node both marked
+  and in the arena's tail;
 - after an overflow any baseline depth may be stale (the marks of splits were dropped): until
   the sweep is done, only the depths of nodes read in this catch-up are trusted (`stale_depths`);
 - the baseline moves chunk by chunk (nodes, tree slot index and owners, slot claims), so a node read early
@@ -29,9 +34,13 @@ delta is the difference between the last published state and the state at that s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from mcinspect.schema import NodeId, NodeRecord, SlotClaim, SlotId
 
@@ -47,20 +56,42 @@ SLOT_CHUNK = 256
 """Slot claim lists rebuilt between two looks at the clock."""
 
 
-class Bulk:
-    """Ids to go through in order, a chunk at a time (a list or a range: taken in C, not id by id)."""
+Part = Sequence[int] | np.ndarray | Mapping[int, Any]
+"""Ids of a Bulk: a list, range or numpy array (sliced), or the keys of a dict nobody changes
+(a frozen shard: cow_map.py)."""
 
-    def __init__(self, ids: Sequence[int] = ()) -> None:
-        self._ids = ids
+
+class Bulk:
+    """Ids to go through in order, a chunk at a time, each part sliced (in C), never copied or
+    joined id by id (a part may hold every node or slot)."""
+
+    def __init__(self, *parts: Part) -> None:
+        self._parts: deque[Part] = deque(part for part in parts if len(part))
         self._next = 0
+        """Position in the first part."""
 
     def __len__(self) -> int:
-        return len(self._ids) - self._next
+        return sum(map(len, self._parts)) - self._next
+
+    def add(self, ids: Part) -> None:
+        """Go through `ids` after what is already here (kept as it is: not copied)."""
+        if len(ids):
+            self._parts.append(ids)
 
     def take(self, n: int) -> Sequence[int]:
-        chunk = self._ids[self._next : self._next + n]
+        """Up to `n` next ids (fewer only at the end of a part)."""
+        if not self._parts:
+            return []
+        part = self._parts[0]
+        if isinstance(part, Mapping):
+            chunk: Sequence[int] | np.ndarray = list(itertools.islice(part, self._next, self._next + n))
+        else:
+            chunk = part[self._next : self._next + n]
         self._next += len(chunk)
-        return chunk
+        if self._next >= len(part):
+            self._parts.popleft()
+            self._next = 0
+        return chunk.tolist() if isinstance(chunk, np.ndarray) else chunk
 
 
 @dataclass
@@ -90,17 +121,18 @@ class CatchUp:
     """Slots whose tree owner changed during the catch-up (Capture.owner_changes)."""
     steps: int = 0
 
-    def mark(self, marks: set[int], tail: list[int], everything: bool, baseline: Sequence[int]) -> None:
+    def mark(self, marks: set[int], tail: Sequence[int], everything: bool, baseline: list[Mapping[int, Any]]) -> None:
         """Add a step's nodes to read: `marks`, the arena's `tail` (new since the last step), or with
-        `everything` the whole arena as `tail` and the `baseline`'s ids to check for removal."""
+        `everything` the whole arena as `tail` and the ids of the `baseline`'s frozen shards to
+        check for removal."""
         if len(marks) > len(self.todo):  # the hooks' set of a tree grown unwatched: adopt it, not copy it
             self.todo, marks = marks, self.todo
         self.todo |= marks
         if everything:
-            self.sweep, self.gone = Bulk(tail), Bulk(baseline)
+            self.sweep, self.gone = Bulk(tail), Bulk(*baseline)
             self.stale_depths, self.fresh = True, set()
         elif len(tail) > IMMEDIATE_NODES:
-            self.sweep = Bulk([*self.sweep.take(len(self.sweep)), *tail])
+            self.sweep.add(tail)
         else:
             self.todo.update(tail)
 
@@ -108,6 +140,9 @@ class CatchUp:
         """The next chunk of node ids to read (the bulk first), None when none is left."""
         if self.sweep:
             chunk = self.sweep.take(NODE_CHUNK)
+            # Read now: the marks so far are these nodes' changes up to now (a later change marks
+            # them again). A tree grown unwatched has every new node both marked and in the tail.
+            self.todo.difference_update(chunk)
             if not self.sweep:  # every node of the arena at the overflow has been read again
                 self.stale_depths, self.fresh = False, set()
             return chunk
@@ -120,7 +155,9 @@ class CatchUp:
     def next_slots(self) -> Sequence[int] | None:
         """The next chunk of slots to rebuild (the bulk first), None when none is left."""
         if self.slot_sweep:
-            return self.slot_sweep.take(SLOT_CHUNK)
+            chunk = self.slot_sweep.take(SLOT_CHUNK)
+            self.slots.difference_update(chunk)  # rebuilt now: a later move of its inputs adds it again
+            return chunk
         if self.slots:
             return [self.slots.pop() for _ in range(min(SLOT_CHUNK, len(self.slots)))]
         return None

@@ -45,6 +45,10 @@ class Frozen(Generic[K, V]):
         shard = self._shards.get(key >> SHARD_BITS)
         return None if shard is None else shard.get(key)
 
+    def shards(self) -> list[dict[K, V]]:
+        """The shards in key order (to go through the keys a shard at a time; never change them)."""
+        return list(self._shards.values())
+
     def to_dict(self, rest: Callable[[float], None] = time.sleep) -> dict[K, V]:
         """A new dict of the entries, built a shard at a time with `rest(seconds)` after each
         (REST_RATIO times the shard's own copy): no GIL hold longer than one shard's copy."""

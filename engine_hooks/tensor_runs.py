@@ -145,13 +145,19 @@ def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
         return []
     if len(flat) <= SMALL:  # a set dedups a page listed twice (an allocator bug runs cannot express)
         return [(start * page_size, length * page_size) for start, length in runs_of_ints(sorted(set(flat.tolist())))]
-    # sglang's free list is a sorted remainder plus appended freed chunks: timsort ("stable")
-    # finds those runs and sorts it in near-linear time (np.unique here is ~50x slower).
-    pages = np.sort(flat, kind="stable")
-    # A page listed twice is an allocator bug that runs cannot express: count it once.
-    pages = pages[np.append(True, pages[1:] != pages[:-1])]
-    new_run = np.ones(len(pages), dtype=bool)
-    new_run[1:] = pages[1:] != pages[:-1] + 1
-    run_starts = np.flatnonzero(new_run)
-    run_lengths = np.diff(np.append(run_starts, len(pages)))
-    return list(zip((pages[run_starts] * page_size).tolist(), (run_lengths * page_size).tolist()))
+    # sglang's free list is a sorted remainder plus appended freed chunks: a few ascending
+    # segments of consecutive pages. Find them in one pass, in the list's own order, and sort
+    # and merge the segments, not the pages (sorting 650k pages was 10-20 ms a step).
+    starts = np.flatnonzero(np.diff(flat) != 1) + 1
+    starts = np.insert(starts, 0, 0)
+    first, last = flat[starts], flat[np.append(starts[1:], len(flat)) - 1] + 1  # [first, last) a segment
+    order = np.argsort(first, kind="stable")
+    first, last = first[order], np.maximum.accumulate(last[order])
+    # A segment joins the run before it when it starts at or before the run's end: adjacent
+    # pages continue a run, and a page listed twice (an allocator bug runs cannot express) counts once.
+    new_run = np.ones(len(first), dtype=bool)
+    new_run[1:] = first[1:] > last[:-1]
+    heads = np.flatnonzero(new_run)
+    ends = last[np.append(heads[1:], len(first)) - 1]
+    run_starts = first[heads]
+    return list(zip((run_starts * page_size).tolist(), ((ends - run_starts) * page_size).tolist()))

@@ -21,7 +21,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParam
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from mcinspect.schema import CacheState, Counters, Seq, Step, apply_delta  # noqa: E402
-from mcinspect_engine_hooks.capture import Capture  # noqa: E402
+from mcinspect_engine_hooks.capture import RETIRED_A_STEP, Capture  # noqa: E402
 from mcinspect_engine_hooks.catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
@@ -258,3 +258,59 @@ def test_a_published_state_is_frozen_under_the_lock_and_stays_as_taken(hooks: tu
     tree.change()
     assert capture.step(Step(5)) is None
     assert during.to_cache_state(rest=lambda seconds: None) == moved == capture.state
+
+
+def test_a_tree_grown_unwatched_is_read_once_and_its_taken_slots_swept(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """Every new node is both marked by the hooks and in the arena's tail: the sweep of the tail
+    drops the marks of what it read, so each is read once (they were read twice). The slots the
+    tree took left the free list: more than a step reads, they are swept in chunks, never held as
+    a set of every slot, and a slot swept drops its pending rebuild."""
+    sink, errors = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
+    published = capture.full_state(Step(0))
+    arena = tree.scheduler.tree_cache.tree_core._node_arena
+    before = len(arena)
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    grown = len(arena) - before
+    nodes, slots = spy(capture)
+    n = 0
+    while True:
+        n += 1
+        parts = capture.step(Step(n))
+        if parts is not None:
+            break
+        pending = capture._catch_up
+        assert pending is not None and len(pending.slots) <= IMMEDIATE_NODES  # no set of every taken slot
+        tree.change()  # a few marks a step, read again
+    apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, n)
+    changed = 10 * n  # tree.change() marks a few nodes a step (inserts, a split, a match, an eviction)
+    assert grown <= sum(nodes) <= grown + changed < 2 * grown
+    assert sum(slots) <= 2 * grown + changed  # the free list's and the new nodes' slots, each once
+    assert errors.total == 0
+
+
+def test_the_state_a_catch_up_published_is_freed_a_few_shards_a_step(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """When a catch-up publishes, the state it served meanwhile is dropped: the shards the
+    baseline copied since (every slot's, after a tree filled up unwatched) would be freed in
+    that one step. The capture keeps them and frees RETIRED_A_STEP a step."""
+    sink, _ = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
+    published = capture.full_state(Step(0))
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    assert capture.step(Step(1)) is None
+    during = capture.published()
+    shards = [id(shard) for shard in during.nodes.shards() + during.slots.shards()]
+    del during
+    _, n = catch_up(tree, capture, published)
+    assert sorted(map(id, capture._retired)) == sorted(shards)  # none freed in the step that published
+    left = len(capture._retired)
+    while left:
+        tree.change()
+        assert capture.step(Step(n := n + 1)) is not None
+        assert len(capture._retired) == max(0, left - RETIRED_A_STEP)
+        left = len(capture._retired)

@@ -3,6 +3,8 @@ few host values, one concatenation and copy otherwise) give the same ints."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -35,3 +37,33 @@ def test_both_ways_give_the_same_ints(copies: int) -> None:
     out = tensor_runs.ints_of_many(values)
     assert out == EXPECTED * copies
     assert all(type(x) is int for ints in out for x in ints)  # bools come back as ints too
+
+
+def set_runs(pages: list[int], page_size: int) -> list[tuple[int, int]]:
+    """The oracle: runs of the set of pages, found one page at a time."""
+    runs: list[tuple[int, int]] = []
+    for page in sorted(set(pages)):
+        if runs and runs[-1][0] + runs[-1][1] == page * page_size:
+            runs[-1] = (runs[-1][0], runs[-1][1] + page_size)
+        else:
+            runs.append((page * page_size, page_size))
+    return runs
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("seed", range(6))
+def test_free_token_runs_of_a_long_free_list_match_the_set_of_its_pages(seed: int, page_size: int) -> None:
+    """Past SMALL pages the runs come from the list's ascending segments, sorted and merged: as
+    sglang keeps it (a sorted remainder, freed chunks appended in any order), with a page listed
+    twice and chunks inside or touching others, they are the runs of the set of its pages."""
+    rng = random.Random(seed)
+    pages = list(range(rng.randrange(100, 200), 3_000))
+    for _ in range(rng.randrange(1, 40)):  # freed chunks, appended
+        start = rng.randrange(3_000, 6_000)
+        pages += list(range(start, start + rng.randrange(1, 50)))
+    pages += rng.sample(pages, 3)  # an allocator bug: pages listed twice
+    pages += [150, 151, 3_000]  # touching the remainder from both ends
+    if seed % 2:
+        rng.shuffle(pages)  # no order at all: one segment a page, still the same runs
+    out = tensor_runs.free_token_runs(torch.tensor(pages, dtype=torch.int64), page_size)
+    assert out == set_runs(pages, page_size)
