@@ -48,14 +48,8 @@ import torch
 
 from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash, pack_tokens
 
+from .components import FULL, MAMBA
 from .tensor_runs import ints_of_many, runs_of_many
-
-try:
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
-    FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
-except ModuleNotFoundError:  # MambaRadixCache releases: no components (this module's readers unused there)
-    FULL = MAMBA = None
 
 UNKNOWN = -1
 """Lock refs, hit count and last access of a node the Rust core does not show."""
@@ -164,9 +158,13 @@ class PythonTreeView:
             )
         return out
 
+    def node(self, node_id: int) -> Any:
+        """The node with this id while it is in the tree, else None."""
+        return self.core._node_arena.get(node_id)
+
     def slot_of(self, node_id: int) -> int | None:
         """The mamba slot node `node_id` holds now; None when it is gone or holds none."""
-        node = self.core._node_arena.get(node_id)
+        node = self.node(node_id)
         if node is None:
             return None
         value = node.component_data[MAMBA].value
@@ -174,12 +172,12 @@ class PythonTreeView:
 
     def state_nodes(self) -> list[int]:
         """Every node holding a mamba state."""
-        nodes = [node for node in self.core._node_arena.values() if node.component_data[MAMBA].value is not None]
+        nodes = [node for node in self.arena().values() if node.component_data[MAMBA].value is not None]
         return [node.id for node in nodes]
 
     def path_tokens(self, node_id: int) -> list[int] | None:
         """The token ids from the root to the end of node `node_id`'s key."""
-        node = self.core._node_arena.get(node_id)
+        node = self.node(node_id)
         if node is None:
             return None
         keys = []

@@ -29,23 +29,18 @@ from typing import Any
 
 from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, RequestEvent, Rid, SlotEvent, TrackPlanEvent
 
+from .components import FULL, MAMBA
 from .cow_hooks import CowHooks
 from .event_sink import DeferredSlot, DeferredSlots, EventSink
+from .events_0516 import Radix0516Hooks
 from .events_mrc import MrcHooks
 from .guard import ErrorCounter
 from .hooks_0523 import Hook
-from .req_kv import decode_track_entries, decode_track_mask, kv_of
+from .req_kv import decode_track_entries, decode_track_mask, kv_of, node_id_of
 from .state_log import StateLog
 from .write_hooks import WriteHooks
 
 __all__ = ["EventSink", "HookPoint", "hook_points"]
-
-try:
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
-    FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
-except ModuleNotFoundError:  # MambaRadixCache releases: no components (this module's readers unused there)
-    FULL = MAMBA = None
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
@@ -110,7 +105,7 @@ class _CacheHooks:
             MatchEvent,
             rid=Rid(req.rid if req is not None else ""),
             hit_len=int(hit_len),
-            node=NodeId(ret.last_device_node),
+            node=NodeId(node_id_of(ret.last_device_node)),  # 0.5.16: the node itself
             cow_source=DeferredSlot(cow),
         )
 
@@ -284,6 +279,7 @@ def hook_points(
         "write": WriteHooks(sink),
         "cow": CowHooks(sink),
         "mrc": MrcHooks(sink, log),
+        "radix0516": Radix0516Hooks(sink, log),
     }
 
     def body(name: str, suffix: str = "") -> Callable[..., Any]:

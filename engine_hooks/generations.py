@@ -11,6 +11,7 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 | generation | releases tested | tree | read by |
 |---|---|---|---|
 | unified-tree-core | 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
+| unified-tree-0516 | 0.5.16 | UnifiedRadixCache keeping its own UnifiedTreeNodes (no tree core; the components in `unified_cache_components`) | adapter_0516, pools_0523, hooks_0516 |
 | mamba-radix-cache | 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
@@ -32,11 +33,15 @@ MambaPool allocates (fallback rows), its pool names the kept ping-pong entry onl
 one, it has no extra_buffer_lazy, its prefill track plan is appended to the batch's lists (no
 entry returned) and a chunk checkpoint inserts a fork, not the donated slot (all read where
 present: events_mrc, req_kv, events.prefill_track). 0.5.11 reads as 0.5.12 (the same four rows
-skipped). Not supported (README "sglang
-releases"): 0.5.16, whose UnifiedRadixCache keeps its nodes itself (no UnifiedTreeCore, no
-components package: the unified generation lacks its required rows; its MambaRadixCache methods
-fit mamba-radix-cache, whose adapter refuses the scheduler's UnifiedRadixCache), and releases
-before 0.5.11 (no HookRegistry).
+skipped). 0.5.16 keeps the nodes on the cache: its node is 0.5.17's Python-core node, so
+adapter_0523's records read it, over a walked tree (no arena, no dirty marks: O(tree) per
+capture); its cache methods take nodes, not ids (lock and finish bodies as MambaRadixCache's),
+and its InsertResult names no node (the commit hook does); its requests keep their own fields
+as on 0.5.17. It still ships MambaRadixCache's methods (so it is tried before
+mamba-radix-cache), and 0.5.15 already ships its UnifiedRadixCache while building a
+MambaRadixCache: the int8 checkpoint pool of 0.5.16's MambaComponent (`features`) tells them
+apart. Not supported (README "sglang releases"): releases before 0.5.11 (no HookRegistry: the
+embedded engine refuses them before it starts, `plugin_refusal`).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ import torch
 
 from mcinspect.schema import NodeId, NodeRecord
 
-from . import hooks_mrc
+from . import hooks_0516, hooks_mrc
 from .hooks_0523 import HOOKS, Hook
 
 
@@ -96,6 +101,8 @@ class Generation:
     """Its tree adapter module: `refusal(tree_cache)` and `tree_view(tree_cache)`."""
     pools_reader: str
     """Its pools-and-requests module (the functions and readers of pools_0523)."""
+    features: tuple[str, ...] = ()
+    """Names its bodies read that no row hooks (`resolves` targets), required as well."""
 
     def refusal(self, tree_cache: Any) -> str:
         """Why the adapter cannot read `tree_cache` ("" when it can)."""
@@ -138,7 +145,21 @@ MAMBA_RADIX_CACHE = Generation(
     adapter="adapter_mrc",
     pools_reader="pools_0523",  # the same readers: a request's fields through req_kv.kv_of
 )
-GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE, MAMBA_RADIX_CACHE)
+UNIFIED_TREE_0516 = Generation(
+    name="unified-tree-0516",
+    releases=("0.5.16",),
+    hooks=hooks_0516.HOOKS,
+    required=hooks_0516.REQUIRED,
+    adapter="adapter_0516",
+    pools_reader="pools_0523",  # a request's fields through req_kv.kv_of, as on 0.5.17
+    # 0.5.15 ships the same UnifiedRadixCache but builds a MambaRadixCache for hybrid models;
+    # its MambaComponent, unlike 0.5.16's, has no int8 checkpoint pool, which the insert
+    # bodies read (events_0516._donates): that keeps 0.5.15 on mamba-radix-cache.
+    features=(f"{hooks_0516.MAMBA_COMPONENT}.int8_ckpt_pool",),
+)
+GENERATIONS: tuple[Generation, ...] = (UNIFIED_TREE_CORE, UNIFIED_TREE_0516, MAMBA_RADIX_CACHE)
+"""Tried in this order: 0.5.16-0.5.20 still ship MambaRadixCache's methods, 0.5.15 the
+UnifiedRadixCache of 0.5.16 (the `features` tell them apart)."""
 
 
 @dataclass(frozen=True)
@@ -211,15 +232,35 @@ def select() -> Selection | Unsupported:
     tried = []
     for generation in GENERATIONS:
         missing = [t for t in generation.required if not _resolves_or_falls_back(generation, t)]
+        missing += [name for name in generation.features if not resolves(name)]
         if missing:
             tried.append(f"{generation.name} (lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
             continue
         return dataclasses.replace(resolve(generation), passed_over=tuple(tried))
     return Unsupported(
-        f"sglang {installed_release()} is not supported by mcinspect (it reads "
-        f"{', '.join(r for g in GENERATIONS for r in g.releases)}); no generation fits: {'; '.join(tried)}. "
-        "The hooks stay off and the engine runs untouched"
+        f"sglang {installed_release()} is not supported by mcinspect (it reads {_releases()}); no generation fits: "
+        f"{'; '.join(tried)}. The hooks stay off and the engine runs untouched"
     )
+
+
+def plugin_refusal() -> str:
+    """Why nothing of mcinspect can attach to the installed sglang ("" when it can): before
+    0.5.11 sglang has no plugin HookRegistry, so it never calls the plugin (the embedded engine
+    asks this before it starts one)."""
+    try:
+        if resolves("plugins.hook_registry.HookRegistry"):
+            return ""
+    except DetectionFailed:
+        return ""  # it exists but fails to import: the plugin itself says why
+    return (
+        f"sglang {installed_release()} is not supported by mcinspect (it reads {_releases()}): it has no plugin "
+        "hooks (`sglang.srt.plugins`, sglang 0.5.11 on), so sglang never calls mcinspect. The hooks stay off"
+    )
+
+
+def _releases() -> str:
+    every = sorted((r for g in GENERATIONS for r in g.releases), key=lambda r: tuple(int(p) for p in r.split(".")))
+    return ", ".join(every)
 
 
 def strategy_field(server_args: Any) -> str:

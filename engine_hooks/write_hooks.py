@@ -94,8 +94,13 @@ class WriteHooks:
         named = ("track_ssm_h_dst", "track_ssm_final_dst", "track_ssm_recompute_dst")
         dst = [t for t in (getattr(forward_metadata, name, None) for name in named) if t is not None and t.numel()]
         listed = getattr(forward_batch, "mamba_prefill_track_mask_cpu", None)
-        # 0.5.20: the device mask alone, copied now (a later batch overwrites its storage)
-        mask = list(listed) if listed is not None else DeferredValues([forward_batch.mamba_track_mask.clone()], cast=bool)
+        device = getattr(forward_batch, "mamba_track_mask", None)
+        if listed is not None:
+            mask: Any = list(listed)
+        elif device is not None:  # 0.5.20: the device mask alone, copied now (a later batch overwrites its storage)
+            mask = DeferredValues([device.clone()], cast=bool)
+        else:  # no mask at all (0.5.16's merge_batch drops it, #24613): the copy writes no row
+            mask = [False] * len(rows)
         self._emit(forward_batch, rows, mask, dst)
 
     def decode_copied(self, conv: Any, ssm: Any, cache_indices: Any, mask: Any, dst: Any, bs: int, /, *args: Any, **kwargs: Any) -> None:

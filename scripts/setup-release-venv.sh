@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 release=${1:?usage: $0 SGLANG_RELEASE (e.g. 0.5.22)}
-supported="0.5.11 0.5.12 0.5.13 0.5.14 0.5.15 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
+supported="0.5.11 0.5.12 0.5.13 0.5.14 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
 case " $supported " in
   *" $release "*) ;;
   *) echo "warning: mcinspect reads sglang $supported; on $release the engine runs with the hooks off and says why" >&2 ;;

@@ -252,6 +252,11 @@ def prepare_engine_environment(config: EmbeddedEngineConfig) -> Path:
 def start_engine(config: EmbeddedEngineConfig) -> Any:
     """Start and return a sglang.Engine; raise EngineStartError with sglang's reason."""
     model_path = prepare_engine_environment(config)
+    if config.inspector_port is not None:
+        from ..generations import plugin_refusal
+
+        if refusal := plugin_refusal():  # before 0.5.11: no engine log, no port would ever say so
+            raise EngineStartError(refusal)
     import sglang
     from sglang.srt.utils import kill_process_tree
 

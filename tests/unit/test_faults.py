@@ -160,7 +160,10 @@ def test_a_missing_target_falls_back_to_the_older_release_one() -> None:
     gone = dataclasses.replace(hook, target="sglang.srt.mem_cache.no_such_module.MambaComponent.floor_cache_len")
     assert gone.chosen() is hook.fallback  # 0.5.20: after prepare_for_caching_req
     older = dataclasses.replace(gone, fallback=dataclasses.replace(hook.fallback, target=gone.target))
-    assert older.chosen() is hook.fallback.fallback  # 0.5.19: the same in mamba_component
+    release_0519, release_0516 = hook.fallback.fallback, hook.fallback.fallback.fallback
+    assert release_0519.target.endswith("components.mamba_component.MambaComponent.prepare_for_caching_req")
+    assert release_0516.target.endswith("unified_cache_components.mamba_component.MambaComponent.prepare_for_caching_req")
+    assert older.chosen() is release_0516  # neither older module in 0.5.23: the last row stands
 
 
 # ---------------------------------------------------------------- applying a fault in-process

@@ -88,7 +88,10 @@ def test_a_release_that_releases_requests_elsewhere_is_refused_naming_what_it_la
     selection = select()
     assert not isinstance(selection, Selection)
     assert "claim_kv_row" in selection.reason and "on_release" in selection.reason
-    assert "it reads 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23" in selection.reason
+    assert (
+        "it reads 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15, 0.5.16, 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23"
+        in selection.reason
+    )
 
 
 def test_a_release_whose_requests_keep_their_own_row_is_read_by_the_unified_generation(monkeypatch) -> None:
@@ -102,8 +105,8 @@ def test_a_release_whose_requests_keep_their_own_row_is_read_by_the_unified_gene
 
 
 def test_the_hook_table_names_a_generation_this_release_was_passed_over_for(capsys) -> None:
-    """0.5.16: MambaRadixCache's methods fit, the unified generation does not; `mcinspect
-    hooks` says the unified cache those releases build is not read (the engine's log says so too)."""
+    """A release where MambaRadixCache's methods fit and the unified generations do not: `mcinspect
+    hooks` says the unified cache such a release builds is not read (the engine's log says so too)."""
     from mcinspect.cli_output import print_hooks
 
     assert select().passed_over == ()  # 0.5.23: the first generation fits

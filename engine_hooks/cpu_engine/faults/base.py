@@ -20,6 +20,8 @@ MAMBA2_BACKEND = HYBRID_BACKEND_MODULE + ".Mamba2AttnBackend"
 MAMBA_COMPONENT = SRT + "mem_cache.unified_cache.components.mamba.MambaComponent"
 MAMBA_COMPONENT_0519 = SRT + "mem_cache.unified_cache.components.mamba_component.MambaComponent"
 """0.5.19: the same class in its module before the components package's rename (a fallback)."""
+MAMBA_COMPONENT_0516 = SRT + "mem_cache.unified_cache_components.mamba_component.MambaComponent"
+"""0.5.16: the class in the package before `unified_cache` (a fallback after 0.5.19's)."""
 REQ_TO_TOKEN_POOL = SRT + "mem_cache.memory_pool.HybridReqToTokenPool"
 TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_track_plan"
 MAMBA2_METADATA = SRT + "layers.attention.mamba.mamba2_metadata.Mamba2Metadata"
@@ -31,7 +33,7 @@ REAL_37836 = tuple(
         "T2 fires on the unpatched nemotron-h engine, so a fault caught by T2 proves nothing there "
         "(test_releases shows the real bug caught)",
     )
-    for release in ("0.5.17", "0.5.18", "0.5.19")
+    for release in ("0.5.16", "0.5.17", "0.5.18", "0.5.19")
 )
 """Where the unpatched engine already caches wrong Mamba2 states (#37836, fixed in 0.5.20)."""
 
@@ -72,8 +74,14 @@ class Hook:
 
 
 def component_hook(method: str, kind: HookKind, fn: Callable[..., Any]) -> Hook:
-    """A hook on `MambaComponent.method`, falling back to the class's 0.5.19 module."""
-    return Hook(f"{MAMBA_COMPONENT}.{method}", kind, fn, fallback=Hook(f"{MAMBA_COMPONENT_0519}.{method}", kind, fn))
+    """A hook on `MambaComponent.method`, falling back to the class's 0.5.19 module, then 0.5.16's."""
+    oldest = Hook(f"{MAMBA_COMPONENT_0516}.{method}", kind, fn)
+    return Hook(f"{MAMBA_COMPONENT}.{method}", kind, fn, fallback=Hook(f"{MAMBA_COMPONENT_0519}.{method}", kind, fn, fallback=oldest))
+
+
+def extra_buffer(component: Any) -> bool:
+    """Whether the MambaComponent's cache runs extra_buffer (0.5.16 keeps the flag on the component)."""
+    return bool(getattr(component.cache, "enable_mamba_extra_buffer", None) or getattr(component, "enable_mamba_extra_buffer", False))
 
 
 def _exists(target: str) -> bool:

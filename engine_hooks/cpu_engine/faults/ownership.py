@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...req_kv import kv_of
-from .base import EXTRA_BUFFER_STRATEGIES, REQ_TO_TOKEN_POOL, Fault, Hook, component_hook, log_faulty_action
+from .base import EXTRA_BUFFER_STRATEGIES, REQ_TO_TOKEN_POOL, Fault, Hook, component_hook, extra_buffer, log_faulty_action
 
 if TYPE_CHECKING:
     import torch
@@ -109,7 +109,7 @@ def stamp_ghost_root(
     # Nothing cached: 0.5.21+ skip the insert (no result); 0.5.19-0.5.20 insert the empty key
     # (a result naming the root, with mamba_exist set).
     cached_nothing = insert_result is None or len(insert_params.key) == 0
-    if not (is_finished and cached_nothing and value is not None and component.cache.enable_mamba_extra_buffer):
+    if not (is_finished and cached_nothing and value is not None and extra_buffer(component)):
         return original(component, req, is_finished, insert_result=insert_result, insert_params=insert_params)
     from sglang.srt.mem_cache.base_prefix_cache import InsertResult
 

@@ -26,6 +26,7 @@ from .base import (
     Fault,
     Hook,
     component_hook,
+    extra_buffer,
     log_faulty_action,
 )
 
@@ -121,7 +122,7 @@ def credit_one_page_late(component: Any, req: Any, insert_params: Any, token_ids
     one page later, so the node it lands on is one page deeper than its state.
     """
     fields = fields_of(req)  # req.kv, or the Req itself before 0.5.19
-    if component.cache.enable_mamba_extra_buffer and fields.mamba_last_track_seqlen:
+    if extra_buffer(component) and fields.mamba_last_track_seqlen:
         fields.mamba_last_track_seqlen += component.cache.page_size
         if fields.mamba_last_track_seqlen <= token_ids_len:  # else capped and floored back: harmless
             log_faulty_action("track-off-by-one", rid=req.rid)
