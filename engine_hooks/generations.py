@@ -11,7 +11,7 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 | generation | releases tested | tree | read by |
 |---|---|---|---|
 | unified-tree-core | 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
-| mamba-radix-cache | 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
+| mamba-radix-cache | 0.5.10, 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
 for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `device_prefix_len`,
@@ -32,11 +32,12 @@ MambaPool allocates (fallback rows), its pool names the kept ping-pong entry onl
 one, it has no extra_buffer_lazy, its prefill track plan is appended to the batch's lists (no
 entry returned) and a chunk checkpoint inserts a fork, not the donated slot (all read where
 present: events_mrc, req_kv, events.prefill_track). 0.5.11 reads as 0.5.12 (the same four rows
-skipped). Not supported (README "sglang
+skipped), and 0.5.10 as 0.5.11 but its idle loop calls `self_check_during_idle` (a fallback row);
+0.5.10 has no HookRegistry: registry.py stands in for it at import. Not supported (README "sglang
 releases"): 0.5.16, whose UnifiedRadixCache keeps its nodes itself (no UnifiedTreeCore, no
 components package: the unified generation lacks its required rows; its MambaRadixCache methods
 fit mamba-radix-cache, whose adapter refuses the scheduler's UnifiedRadixCache), and releases
-before 0.5.11 (no HookRegistry).
+before 0.5.10.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ UNIFIED_TREE_CORE = Generation(
 )
 MAMBA_RADIX_CACHE = Generation(
     name="mamba-radix-cache",
-    releases=("0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15"),
+    releases=("0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15"),
     hooks=hooks_mrc.HOOKS,
     required=tuple(
         h.target
