@@ -36,16 +36,18 @@ runs from the function it defines, after it has executed)."""
 
 
 class StandInHookType(enum.Enum):
-    """sglang's HookType values (REPLACE is not used by mcinspect)."""
+    """sglang's HookType values (REPLACE of functions only: the CPU engine's faults)."""
 
     BEFORE = "before"
     AFTER = "after"
     AROUND = "around"
+    REPLACE = "replace"
 
 
 class StandInRegistry:
-    """`HookRegistry`'s register / apply_hooks / reset, for before / after / around hooks on
-    methods and module functions: one wrapper chain per target in registration order, each
+    """`HookRegistry`'s register / apply_hooks / reset, for before / after / around / replace
+    hooks on methods and module functions: one wrapper chain per target, replacements first,
+    then the rest in registration order, each
     target applied once (apply_hooks is idempotent), a target that fails to resolve logged
     and skipped, as sglang's does."""
 
@@ -80,7 +82,7 @@ def _apply(target: str, hooks: list[tuple[StandInHookType, Callable[..., Any]]])
     decorator = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
     original = raw.__func__ if decorator else getattr(owner, attr)
     wrapped = original
-    for hook_type, hook in hooks:
+    for hook_type, hook in sorted(hooks, key=lambda h: h[0] is not StandInHookType.REPLACE):  # stable, as sglang's
         wrapped = _wrap(wrapped, hook, hook_type)
     setattr(owner, attr, decorator(wrapped) if decorator else wrapped)
     if isinstance(owner, types.ModuleType):  # `from module import fn` elsewhere holds the original
@@ -93,9 +95,9 @@ def _apply(target: str, hooks: list[tuple[StandInHookType, Callable[..., Any]]])
 
 def _wrap(original: Callable[..., Any], hook: Callable[..., Any], hook_type: StandInHookType) -> Callable[..., Any]:
     """HookRegistry's semantics: before may return (args, kwargs); after gets the result first
-    and may replace it (None keeps it); around gets the original first. Guarded: an error of
-    the hook is logged and the original's call and result stand; the original's own errors
-    pass through unchanged."""
+    and may replace it (None keeps it); around gets the original first; replace stands in for
+    it. Guarded: an error of the hook is logged and the original's call and result stand; the
+    original's own errors pass through unchanged."""
     if hook_type is StandInHookType.BEFORE:
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -118,6 +120,15 @@ def _wrap(original: Callable[..., Any], hook: Callable[..., Any], hook_type: Sta
                 logger.exception("mcinspect: after hook on %s raised", original.__qualname__)
                 changed = None
             return result if changed is None else changed
+
+    elif hook_type is StandInHookType.REPLACE:
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return hook(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - never into the engine
+                logger.exception("mcinspect: replacement of %s raised", original.__qualname__)
+                return original(*args, **kwargs)
 
     else:
 

@@ -7,7 +7,7 @@ unsupported one runs with the hooks off and says why in one line, in the engine'
 CI runs 0.5.22's own mixed-chunk bug caught and 0.5.15's demo read clean (one release of each
 older generation: CI's time budget); MCINSPECT_RELEASE_MATRIX=1
 adds its clean demo, 0.5.21, 0.5.20, 0.5.19, 0.5.18 and 0.5.17 (the same two), the whole fault library per release
-(less the faults a release has for real), 0.5.19's, 0.5.18's and 0.5.17's own #37836 caught, 0.5.11-0.5.14, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
+(less the faults a release has for real), 0.5.19's, 0.5.18's and 0.5.17's own #37836 caught, 0.5.10-0.5.14, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
 """
 
 from __future__ import annotations
@@ -188,11 +188,15 @@ MRC_FAULTS = [
     ("0.5.12", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
     ("0.5.11", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.11", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
+    # 0.5.10: as 0.5.11, its hooks and the faults' applied by registry.py's stand-in (no HookRegistry)
+    ("0.5.10", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
+    ("0.5.10", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
 ]
 """Faults whose mechanism these releases have, on each release a few (the whole list on the newest)."""
-OLDEST_MRC = ("0.5.12", "0.5.11")
+OLDEST_MRC = ("0.5.12", "0.5.11", "0.5.10")
 """Selected with four rows missing (no admission groups, no deferred copy-on-write: a hit's
-state is copied at the match, so no T3 and no copy-on-write path count)."""
+state is copied at the match, so no T3 and no copy-on-write path count). 0.5.10 has no
+`sglang.srt.plugins`: its hooks are applied at import (engine_hooks/registry.py)."""
 OLDEST_MRC_SKIPPED = 4
 
 

@@ -1,5 +1,5 @@
 """The HookRegistry stand-in for sglang releases without `sglang.srt.plugins` (0.5.10):
-the same before / after / around semantics as sglang's own HookRegistry (compared against
+the same before / after / around / replace semantics as sglang's own HookRegistry (compared against
 the real one of the installed sglang), guarded, idempotent, and nothing at all without
 MCINSPECT_PORT. Runs without 0.5.10: the opt-in test_releases runs it in the engine."""
 
@@ -78,7 +78,17 @@ def _trace_hooks(log: list[Any]) -> list[tuple[str, str, Any]]:
         log.append(("around out", result))
         return result
 
-    return [(f"{OWNER}.Box.add", "before", before), (f"{OWNER}.Box.add", "after", after), (f"{OWNER}.Box.add", "around", around)]
+    def replace(n: int) -> int:  # registered after the after hook, applied before it
+        log.append(("replace", n))
+        return 3 * n
+
+    return [
+        (f"{OWNER}.Box.add", "before", before),
+        (f"{OWNER}.Box.add", "after", after),
+        (f"{OWNER}.Box.add", "around", around),
+        (f"{OWNER}.double", "after", lambda result, n: result + 1),
+        (f"{OWNER}.double", "replace", replace),
+    ]
 
 
 def _apply_with(reg: Any, kinds: Any, hooks: list[tuple[str, str, Any]]) -> None:
@@ -101,7 +111,7 @@ def test_before_after_around_chain_as_sglangs_own_registry_does(owner: Any) -> N
         try:
             _apply_with(reg, kinds, _trace_hooks(log))
             box = module.Box()
-            results = (box.add(3), box.add(1, b=5))
+            results = (box.add(3), box.add(1, b=5), module.double(2))
         finally:
             HookRegistry._hooks.clear()
             HookRegistry._hooks.update(saved[0])
@@ -110,7 +120,7 @@ def test_before_after_around_chain_as_sglangs_own_registry_does(owner: Any) -> N
         traces.append((results, log, list(module.calls)))
     assert traces[0] == traces[1]
     results, log, calls = traces[1]
-    assert results == (400, 7)  # 3 -> 4 by before, 4 -> 400 by after; 1 + 1 + 5 kept
+    assert results == (400, 7, 7)  # 3 -> 4 by before, 4 -> 400 by after; 1 + 1 + 5 kept; 3 * 2 + 1
     assert calls == [("add", 4, 0), ("add", 2, 5)]
     assert log[:4] == [("around in", 3), ("before", 3, 0), ("after", 4), ("around out", 400)]
 
