@@ -47,9 +47,8 @@ class StandInHookType(enum.Enum):
 class StandInRegistry:
     """`HookRegistry`'s register / apply_hooks / reset, for before / after / around / replace
     hooks on methods and module functions: one wrapper chain per target, replacements first,
-    then the rest in registration order, each
-    target applied once (apply_hooks is idempotent), a target that fails to resolve logged
-    and skipped, as sglang's does."""
+    then the rest in registration order, each target applied once (apply_hooks is
+    idempotent), a target that fails to resolve logged and skipped, as sglang's does."""
 
     _hooks: dict[str, list[tuple[StandInHookType, Callable[..., Any]]]] = {}
     _patched: set[str] = set()
