@@ -118,10 +118,17 @@ class MrcTreeView:
             node = self.arena().get(node_id)
         child = node
         while child is not None and child.parent is not None:
-            if child.parent.children.get(child.key.child_key(self.cache.page_size)) is not child:
+            if child.parent.children.get(self._child_key(child.key)) is not child:
                 return None
             child = child.parent
         return node if child is self.cache.root_node else None
+
+    def _child_key(self, key: Any) -> Any:
+        """The key a node is filed under in its parent's children (0.5.10's RadixKey has no
+        `child_key`: the cache's own `get_child_key_fn`)."""
+        if hasattr(key, "child_key"):
+            return key.child_key(self.cache.page_size)
+        return self.cache.get_child_key_fn(key)
 
     def slot_of(self, node_id: int) -> int | None:
         node = self._live(node_id)

@@ -12,7 +12,7 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 |---|---|---|---|
 | unified-tree-core | 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
 | unified-tree-0516 | 0.5.16 | UnifiedRadixCache keeping its own UnifiedTreeNodes (no tree core; the components in `unified_cache_components`) | adapter_0516, pools_0523, hooks_0516 |
-| mamba-radix-cache | 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
+| mamba-radix-cache | 0.5.10, 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links) | adapter_mrc, pools_0523, hooks_mrc |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
 for checkpoint_into_tree) and fields read where present (`req.prefix_len`, `device_prefix_len`,
@@ -33,21 +33,24 @@ MambaPool allocates (fallback rows), its pool names the kept ping-pong entry onl
 one, it has no extra_buffer_lazy, its prefill track plan is appended to the batch's lists (no
 entry returned) and a chunk checkpoint inserts a fork, not the donated slot (all read where
 present: events_mrc, req_kv, events.prefill_track). 0.5.11 reads as 0.5.12 (the same four rows
-skipped). 0.5.16 keeps the nodes on the cache: its node is 0.5.17's Python-core node, so
+skipped), and 0.5.10 as 0.5.11 but its idle loop calls `self_check_during_idle` (a fallback
+row); 0.5.10 has no HookRegistry: registry.py stands in for it at import. 0.5.16 keeps the nodes on the cache: its node is 0.5.17's Python-core node, so
 adapter_0523's records read it, over a walked tree (no arena, no dirty marks: O(tree) per
 capture); its cache methods take nodes, not ids (lock and finish bodies as MambaRadixCache's),
 and its InsertResult names no node (the commit hook does); its requests keep their own fields
 as on 0.5.17. It still ships MambaRadixCache's methods (so it is tried before
 mamba-radix-cache), and 0.5.15 already ships its UnifiedRadixCache while building a
 MambaRadixCache: the int8 checkpoint pool of 0.5.16's MambaComponent (`features`) tells them
-apart. Not supported (README "sglang releases"): releases before 0.5.11 (no HookRegistry: the
-embedded engine refuses them before it starts, `plugin_refusal`).
+apart. Not supported (README "sglang releases"): 0.5.9 and earlier (0.5.9's own CPU path asserts
+AMX: the embedded engine cannot run it); without `mcinspect_pre_plugins.pth` a release before
+0.5.11 is refused before an engine starts (`plugin_refusal`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -135,7 +138,7 @@ UNIFIED_TREE_CORE = Generation(
 )
 MAMBA_RADIX_CACHE = Generation(
     name="mamba-radix-cache",
-    releases=("0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15"),
+    releases=("0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15"),
     hooks=hooks_mrc.HOOKS,
     required=tuple(
         h.target
@@ -245,17 +248,32 @@ def select() -> Selection | Unsupported:
 
 def plugin_refusal() -> str:
     """Why nothing of mcinspect can attach to the installed sglang ("" when it can): before
-    0.5.11 sglang has no plugin HookRegistry, so it never calls the plugin (the embedded engine
-    asks this before it starts one)."""
+    0.5.11 sglang has no plugin HookRegistry and never calls the plugin; only the import-time
+    stand-in (registry.py, run by `mcinspect_pre_plugins.pth`) reaches it, so without that
+    file in the environment the embedded engine refuses before it starts one."""
     try:
         if resolves("plugins.hook_registry.HookRegistry"):
             return ""
     except DetectionFailed:
         return ""  # it exists but fails to import: the plugin itself says why
+    if _pre_plugins_pth_installed():
+        return ""
     return (
-        f"sglang {installed_release()} is not supported by mcinspect (it reads {_releases()}): it has no plugin "
-        "hooks (`sglang.srt.plugins`, sglang 0.5.11 on), so sglang never calls mcinspect. The hooks stay off"
+        f"sglang {installed_release()} has no plugin hooks (`sglang.srt.plugins`, 0.5.11 on) and this environment "
+        f"lacks mcinspect's import-time stand-in ({PRE_PLUGINS_PTH} in site-packages): reinstall mcinspect from its "
+        "wheel (`pip install .`, not editable). The hooks stay off"
     )
+
+
+PRE_PLUGINS_PTH = "mcinspect_pre_plugins.pth"
+
+
+def _pre_plugins_pth_installed() -> bool:
+    import site
+    import sysconfig
+
+    places = {*site.getsitepackages(), sysconfig.get_paths()["purelib"]}
+    return any(os.path.isfile(os.path.join(place, PRE_PLUGINS_PTH)) for place in places)
 
 
 def _releases() -> str:

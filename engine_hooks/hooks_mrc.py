@@ -1,4 +1,4 @@
-"""The hook table of the MambaRadixCache generation (sglang 0.5.11-0.5.15, each tested):
+"""The hook table of the MambaRadixCache generation (sglang 0.5.10-0.5.15, each tested):
 the rows, in hooks_0523's form, for releases whose hybrid models use
 `mem_cache.mamba_radix_cache.MambaRadixCache`. Bodies named "mrc.*" are events_mrc.py's; the
 others are shared with 0.5.23 (same method, same arguments in these releases).
@@ -23,7 +23,8 @@ _EVICTIONS = "eviction counts in stats; the EvictEvent's nodes, slots and tokens
 HOOKS: tuple[Hook, ...] = (
     Hook(f"{SCHEDULER}.__init__", "after", "scheduler.init", "scheduler", "build the inspector: first full capture, bind ports", "everything: no inspector"),
     Hook(f"{SCHEDULER}.process_batch_result", "after", "scheduler.step", "scheduler", "step boundary: capture (the whole tree: MRC has no node arena), fingerprint, publish", "every capture"),
-    Hook(f"{SCHEDULER}.on_idle", "after", "scheduler.idle", "scheduler", "no batch to run: catch up if a snapshot request waits or the live stream is due", "snapshots of an idle engine wait for its next step"),
+    Hook(f"{SCHEDULER}.on_idle", "after", "scheduler.idle", "scheduler", "no batch to run: catch up if a snapshot request waits or the live stream is due", "snapshots of an idle engine wait for its next step",
+         fallbacks=(Hook(f"{SCHEDULER}.self_check_during_idle", "after", "scheduler.idle", "scheduler", "0.5.10: the idle loop's own call (no on_idle)", "snapshots of an idle engine wait for its next step"),)),
     Hook(f"{MRC}._evict_leaf_node", "before", "mrc.leaf_evicting", "every", "a leaf and its slot leave the tree: eviction record", _EVICTIONS),
     Hook(f"{MRC}._tombstone_internal_node", "before", "mrc.tombstoning", "every", "an inner node's slot evicted: tombstone, eviction record", _EVICTIONS + "; tombstones"),
     Hook(f"{MRC}._delete_tombstone_leaf", "before", "mrc.tombstone_deleting", "every", "a tombstone left childless is deleted: its KV tokens", _EVICTIONS),

@@ -1,8 +1,10 @@
 """sglang general plugin (entry point group `sglang.srt.plugins`, name `mcinspect`).
 
-sglang calls `register()` at the top of every engine process. It does nothing unless
-MCINSPECT_PORT is set. Hooks go through sglang's HookRegistry; each body is guarded, so an
-error in mcinspect is counted and logged, never raised into the scheduler.
+sglang calls `register()` at the top of every engine process (0.5.10, without plugins:
+registry.install_at_import, when the scheduler module is imported). It does nothing unless
+MCINSPECT_PORT is set. Hooks go through sglang's HookRegistry (registry.hook_registry: its
+stand-in on 0.5.10); each body is guarded, so an error in mcinspect is counted and logged,
+never raised into the scheduler.
 
 The hook table: `hooks_0523.HOOKS`, as `generations.select()` finds it in this sglang (`mcinspect hooks` prints it).
 """
@@ -39,9 +41,10 @@ def register() -> None:
         return
     if config is None:
         return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
     from .generations import Unsupported, select
+    from .registry import hook_registry
+
+    HookRegistry, HookType = hook_registry()  # noqa: N806 - sglang's class, or its stand-in
 
     try:
         selection = select()
@@ -63,7 +66,8 @@ def register() -> None:
         HookRegistry.register(target, hook, HookType(when))
     HookRegistry.register(f"{SCHEDULER}.__init__", _start(config, sink, state_log, selection), HookType.AFTER)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _after_step, HookType.AFTER)
-    HookRegistry.register(f"{SCHEDULER}.on_idle", _when_idle, HookType.AFTER)
+    idle = next(h for h in selection.hooks if h.body == "scheduler.idle")  # on_idle, or 0.5.10's self_check_during_idle
+    HookRegistry.register(idle.dotted, _when_idle, HookType.AFTER)
     if os.environ.get(RAISE_IN_HOOK_ENV) == "1":
         HookRegistry.register(f"{SCHEDULER}.process_batch_result", _raise_for_self_test, HookType.AFTER)
 

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 release=${1:?usage: $0 SGLANG_RELEASE (e.g. 0.5.22)}
-supported="0.5.11 0.5.12 0.5.13 0.5.14 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
+supported="0.5.10 0.5.11 0.5.12 0.5.13 0.5.14 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"  # mcinspect_engine_hooks.generations: the releases the hooks read
 case " $supported " in
   *" $release "*) ;;
   *) echo "warning: mcinspect reads sglang $supported; on $release the engine runs with the hooks off and says why" >&2 ;;
@@ -26,9 +26,9 @@ if [ ! -f "$venv/.sglang-$release" ]; then
   python3.11 -m venv "$venv"
   "$venv/bin/python" -m pip uninstall --quiet --yes setuptools  # .venv's newer one builds mcinspect
   pip_install --no-deps "sglang==$release"
-  # Its own transformers where .venv's is too new for it (0.5.11-0.5.19 register configs 5.19 has built in, e.g. qwen3_asr).
+  # Its own transformers where .venv's is too new for it (0.5.10-0.5.19 register configs 5.19 has built in, e.g. qwen3_asr).
   case $release in
-    0.5.1[1-9]) pip_install --no-deps transformers==5.12.1 tokenizers==0.22.2 huggingface-hub==1.33.0 ;;
+    0.5.1[0-9]) pip_install --no-deps transformers==5.12.1 tokenizers==0.22.2 huggingface-hub==1.33.0 ;;
   esac
   touch "$venv/.sglang-$release"
 fi

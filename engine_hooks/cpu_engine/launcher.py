@@ -255,7 +255,7 @@ def start_engine(config: EmbeddedEngineConfig) -> Any:
     if config.inspector_port is not None:
         from ..generations import plugin_refusal
 
-        if refusal := plugin_refusal():  # before 0.5.11: no engine log, no port would ever say so
+        if refusal := plugin_refusal():  # before 0.5.11 without the stand-in: no engine log, no port would say so
             raise EngineStartError(refusal)
     import sglang
     from sglang.srt.utils import kill_process_tree

@@ -1,4 +1,4 @@
-"""CPU-engine patches for the MambaRadixCache releases (sglang 0.5.11-0.5.15), where the ops
+"""CPU-engine patches for the MambaRadixCache releases (sglang 0.5.10-0.5.15), where the ops
 patches.py replaces sit elsewhere. Applied by patches.install() (MCINSPECT_CPU_ENGINE=1 only),
 each a no-op on a release without its target."""
 
@@ -32,6 +32,24 @@ def validate_extra_buffer_off_gpu(original: Callable[..., Any]) -> Callable[...,
             module.is_cuda = platform_test
 
     return validate
+
+
+def gated_norm_on_cpu(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Reason: 0.5.10's `FusedRMSNormGated.forward` has no CPU branch (0.5.11 added
+    `if _use_cpu: torch.ops.sgl_kernel.fused_rmsnorm_gated_cpu(x, weight, g, eps)`, which
+    patches.py's `_use_cpu` selects), so it launches the Triton kernel on CPU. This is that
+    branch, SiLU only as there; a release that has the branch keeps its own forward."""
+    if "_use_cpu" in original.__code__.co_names:
+        return original
+
+    @functools.wraps(original)
+    def forward(self: Any, x: Any, g: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        assert self.activation == "silu", "CPU rmsnorm_gated currently only supports activation silu"  # sglang's own
+        return torch.ops.sgl_kernel.fused_rmsnorm_gated_cpu(x, self.weight, g, self.eps)
+
+    return forward
 
 
 PAGED_KERNELS = {"alloc_extend_kernel": alloc_extend_kernel_cpu, "alloc_decode_kernel": alloc_decode_kernel_cpu}
@@ -68,6 +86,7 @@ WRAPPERS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "ServerArgs._validate_mamba_extra_buffer": validate_extra_buffer_off_gpu,
         "ServerArgs._handle_mamba_radix_cache": validate_extra_buffer_off_gpu,  # 0.5.13
     },
+    "sglang.srt.layers.attention.fla.fused_norm_gate": {"FusedRMSNormGated.forward": gated_norm_on_cpu},  # 0.5.10
 }
 """Module -> {Class.method: wrapper factory}, applied right after the module executes when the
 release has the method."""

@@ -89,7 +89,7 @@ def test_a_release_that_releases_requests_elsewhere_is_refused_naming_what_it_la
     assert not isinstance(selection, Selection)
     assert "claim_kv_row" in selection.reason and "on_release" in selection.reason
     assert (
-        "it reads 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15, 0.5.16, 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23"
+        "it reads 0.5.10, 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15, 0.5.16, 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23"
         in selection.reason
     )
 

@@ -64,13 +64,17 @@ def test_a_unified_cache_under_the_mamba_radix_cache_generation_is_refused_in_on
     assert "is not supported by mcinspect" in reason and "lacks" in reason and "\n" not in reason
 
 
-def test_a_release_without_plugin_hooks_is_refused_before_an_engine_starts(monkeypatch) -> None:
-    """Before 0.5.11 sglang has no `sglang.srt.plugins`: it never calls mcinspect, so the embedded
-    engine asks first (launcher.start_engine) and says why in one line."""
+def test_a_release_without_plugin_hooks_is_read_through_the_stand_in_or_refused(monkeypatch) -> None:
+    """Before 0.5.11 sglang has no `sglang.srt.plugins` and never calls mcinspect: the import-time
+    stand-in (mcinspect_pre_plugins.pth) reaches it; where that file is missing the embedded
+    engine refuses before it starts (launcher.start_engine) and says why in one line."""
     from mcinspect_engine_hooks import generations
 
     assert generations.plugin_refusal() == ""  # this sglang has its HookRegistry
     monkeypatch.setattr(generations, "resolves", lambda target: not target.startswith("plugins."))
+    assert generations._pre_plugins_pth_installed()  # the wheel ships it into this venv
+    assert generations.plugin_refusal() == ""  # no plugins, but the stand-in reaches the engine
+    monkeypatch.setattr(generations, "_pre_plugins_pth_installed", lambda: False)
     reason = generations.plugin_refusal()
-    assert "is not supported by mcinspect" in reason and "no plugin hooks" in reason and "\n" not in reason
-    assert "0.5.12, 0.5.13, 0.5.14, 0.5.15, 0.5.16, 0.5.17" in reason  # in release order
+    assert "no plugin hooks" in reason and "mcinspect_pre_plugins.pth" in reason and "\n" not in reason
+    assert reason.endswith("The hooks stay off")

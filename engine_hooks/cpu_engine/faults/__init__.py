@@ -5,7 +5,8 @@ mcinspect's checks can be shown to catch the bug. A fault is active only where
 MCINSPECT_FAULT names it: `install_fault_from_env()` (called by the CPU engine's
 `patches.install()`, in every embedded-engine process at interpreter start) registers its
 hooks with sglang's HookRegistry as soon as sglang imports the registry, before
-`load_plugins()` applies them. Hooks are applied in every engine process; the patched
+`load_plugins()` applies them (0.5.10: with the stand-in, when the scheduler module is imported:
+engine_hooks/registry.py). Hooks are applied in every engine process; the patched
 methods run only in the scheduler processes. A hook whose target an older release lacks names
 that release's method as its `fallback`, chosen by feature detection when the hooks are applied
 (`base.Hook.chosen`); `Fault.real_on` names the releases that have the bug for real.
@@ -13,14 +14,9 @@ that release's method as its `fallback`, chosen by feature detection when the ho
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import logging
 import os
-import sys
-import types
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
 
 from . import initial_state, ownership, ranks, track, working, writes
 from .base import RECOMPUTE_CHECK, Fault, Hook
@@ -34,7 +30,6 @@ FAULTS: dict[str, Fault] = {
     fault.name: fault for fault in (*track.FAULTS, *initial_state.FAULTS, *ownership.FAULTS, *working.FAULTS, *writes.FAULTS, *ranks.FAULTS)
 }
 
-_HOOK_REGISTRY = "sglang.srt.plugins.hook_registry"
 logger = logging.getLogger("mcinspect.faults")
 _installed: Fault | None = None
 
@@ -69,38 +64,12 @@ def install_fault_from_env(environ: Mapping[str, str] = os.environ) -> Fault | N
         return fault
     _installed = fault
     os.environ.update(fault.environment)  # before sglang reads it; child processes inherit it
-    if _HOOK_REGISTRY in sys.modules:
-        _register(fault)
-    else:
-        sys.meta_path.insert(0, _RunAfterImport(_HOOK_REGISTRY, lambda: _register(fault)))
+    from ...registry import when_ready
+
+    when_ready(lambda: _register(fault))
     return fault
 
 
 def _register(fault: Fault) -> None:
     fault.install()
     logger.info("mcinspect fault %r installed in pid %d: %s", fault.name, os.getpid(), ", ".join(fault.targets))
-
-
-class _RunAfterImport(importlib.abc.MetaPathFinder):
-    """Runs `action` right after module `name` executes, then leaves sys.meta_path."""
-
-    def __init__(self, name: str, action: Callable[[], None]) -> None:
-        self.name = name
-        self.action = action
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)  # one shot; also lets the normal finders locate the module
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        run_module = spec.loader.exec_module
-        action = self.action
-
-        def exec_then_act(module: types.ModuleType) -> None:
-            run_module(module)
-            action()
-
-        spec.loader.exec_module = exec_then_act  # type: ignore[method-assign]
-        return spec

@@ -144,7 +144,9 @@ class Fault:
         They take effect at the next `HookRegistry.apply_hooks()`, which sglang's
         `load_plugins()` runs at the top of every engine process.
         """
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+        from ...registry import hook_registry
+
+        HookRegistry, HookType = hook_registry()  # noqa: N806 - sglang's class, or its stand-in (0.5.10)
 
         def register(hooks: tuple[Hook, ...]) -> None:
             for hook in hooks:
