@@ -354,7 +354,10 @@ def split_text(split: dict[str, float]) -> str:
 def main(args: list[str]) -> None:
     """Options: --before-site DIR (the "before" packages; default: main's, installed now),
     --after-only (this tree alone, to look into it), --profile (with --after-only: cProfile of
-    each action's worst step; it slows every step, so its walls are not the figures)."""
+    each action's worst step; it slows every step, so its walls are not the figures), --gil-holds
+    (with --after-only: the request and publisher threads' calls that ran 5 ms or more, and the
+    cyclic GC pauses as long, on any thread; the profile hook slows those threads and adds its
+    own time to the Python frames' self time, so only C calls and short frames are telling)."""
     before_site = None
     if args[:1] == ["--before-site"]:
         before_site, args = args[1], args[2:]
