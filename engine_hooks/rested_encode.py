@@ -56,13 +56,21 @@ def encode_rested(encoder: msgspec.msgpack.Encoder, message: Any, rest: Callable
     elif isinstance(message, Delta):
         fields = {name: _rested(encoder, getattr(message, name), rest, pieces) for name in _DELTA_FIELDS}
         message = msgspec.structs.replace(message, **fields)
-    elif isinstance(message, History) and sum(len(memoryview(raw)) for raw in message.deltas) > COPY_BYTES:  # type: ignore[arg-type]
+    elif isinstance(message, History) and _raw_bytes(message.deltas) > COPY_BYTES:
         # The ring's deltas, embedded as msgspec.Raw (server.py): after a catch-up one is big.
         marker = os.urandom(16)
-        pieces.append([marker, b"\xdd" + len(message.deltas).to_bytes(4, "big"), *(memoryview(raw) for raw in message.deltas)])  # type: ignore[arg-type]
+        raws = [memoryview(raw) for raw in message.deltas]  # type: ignore[arg-type]  # all Raw: checked
+        pieces.append([marker, b"\xdd" + len(raws).to_bytes(4, "big"), *raws])
         message = msgspec.structs.replace(message, deltas=msgspec.Raw(marker))
     skeleton = encoder.encode(message)
     return _assemble(skeleton, pieces, rest) if pieces else skeleton
+
+
+def _raw_bytes(deltas: list[Any]) -> int:
+    """Bytes of `deltas` when all are encoded already (msgspec.Raw), else 0."""
+    if not all(isinstance(delta, msgspec.Raw) for delta in deltas):
+        return 0
+    return sum(len(memoryview(delta)) for delta in deltas)
 
 
 def _rested(encoder: msgspec.msgpack.Encoder, value: Any, rest: Callable[[float], None], pieces: list[list[Any]]) -> Any:

@@ -61,3 +61,10 @@ def test_a_history_holding_a_big_delta_is_copied_in_pieces(monkeypatch: pytest.M
     encoded = encode_rested(msgspec.msgpack.Encoder(), history, rests.append)
     assert msgspec.msgpack.decode(encoded, type=History).deltas == deltas
     assert len(rests) >= len(encoded) // 4096 - 1 > 2  # a rest after each full copy (the last may be short)
+
+
+def test_a_history_of_decoded_deltas_is_encoded_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rested_encode, "COPY_BYTES", 16)
+    history = History(schema_version=1, deltas=[delta(1, nodes=[node(i, parent=0) for i in range(20)])], oldest_seq=Seq(1))
+    encoded = encode_rested(msgspec.msgpack.Encoder(), history, [].append)
+    assert encoded == msgspec.msgpack.encode(history)
