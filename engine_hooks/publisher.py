@@ -26,7 +26,7 @@ from mcinspect.auth import CurveKeys, secure_server
 from mcinspect.schema import EVERY_STEP_TOPIC, STREAM_TOPIC, Delta
 from mcinspect.target import allow_ipv6, zmq_address
 
-from .rested_encode import encode_rested
+from .rested_encode import Encoded, encode_rested
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
@@ -39,7 +39,7 @@ class HistoryWindow(NamedTuple):
 
     oldest_seq: int
     """Oldest seq the ring holds (last published + 1 while it is empty)."""
-    payloads: list[bytes]
+    payloads: list[Encoded]
     """msgpack-encoded `Delta`s, consecutive seqs, oldest first."""
 
 
@@ -71,7 +71,7 @@ class Publisher:
         """Unbounded itself (a C queue: a put is a fraction of queue.Queue's); `publish`, the
         only producer, keeps it within `queue_size`."""
         self._queue_size = queue_size
-        self._ring: deque[tuple[int, bytes]] = deque(maxlen=history_size)
+        self._ring: deque[tuple[int, Encoded]] = deque(maxlen=history_size)
         self._ring_lock = threading.Lock()
         self._last_sent = 0
         self._dropped = 0

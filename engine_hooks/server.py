@@ -49,7 +49,8 @@ from mcinspect.untrusted import MAX_DEPTH, DecodeFailed, decode, msgpack_depth_e
 
 from .publisher import HistoryWindow
 from .request_budget import ClientRates, TimeShare
-from .rested_encode import encode_rested
+from .rested_encode import Encoded, encode_rested
+from .rested_free import free_rested
 
 logger = logging.getLogger("mcinspect.engine_hooks")
 
@@ -68,7 +69,7 @@ _POLL_MS = 100
 _ERROR_PAUSE_S = 0.1
 """After the loop itself failed (not a request): a pause, so a broken socket cannot spin."""
 
-Answer = Reply | bytes
+Answer = Reply | Encoded
 """A reply to encode, or one already encoded (a snapshot sent again)."""
 
 
@@ -126,7 +127,7 @@ class RequestServer:
             GetStats: lambda request: self._stats(),
             **(handlers or {}),
         }
-        self._encoded: tuple[Snapshot, bytes] | None = None
+        self._encoded: tuple[Snapshot, Encoded] | None = None
         """The last snapshot sent and its encoding."""
         self._decoder = msgspec.msgpack.Decoder(Request)
         self._probe = msgspec.msgpack.Decoder(_VersionProbe)
@@ -202,7 +203,7 @@ class RequestServer:
                 answer: Answer = self._reject("a request is exactly one frame (use a DEALER socket)")
             else:
                 answer = self.answer(payload)
-            reply = answer if isinstance(answer, bytes) else self._encode(answer)
+            reply = answer if isinstance(answer, (bytes, bytearray)) else self._encode(answer)
         try:
             # ROUTER drops a reply to a peer that left or is not reading; never blocks.
             self._socket.send_multipart([identity, reply], flags=zmq.NOBLOCK, copy=len(reply) < 65536)
@@ -212,9 +213,9 @@ class RequestServer:
         self.busy_seconds += busy
         self._time_share.spent(busy, time.perf_counter())
 
-    def _encode(self, reply: Reply) -> bytes:
+    def _encode(self, reply: Reply) -> Encoded:
         try:
-            return self._encoder.encode(reply)
+            return encode_rested(self._encoder, reply)  # a History after a catch-up holds a big delta
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             return self._encoder.encode(self._fail(f"reply could not be encoded: {exc}"))
 
@@ -260,7 +261,11 @@ class RequestServer:
         if self._encoded is not None and self._encoded[0] is snapshot:
             return self._encoded[1]
         encoded = encode_rested(self._encoder, snapshot)  # in pieces: the scheduler thread keeps the GIL
-        self._encoded = (snapshot, encoded)
+        previous, self._encoded = self._encoded, (snapshot, encoded)
+        if previous is not None:
+            doomed = [previous[0]]
+            del previous
+            free_rested(doomed)  # usually its last holder: freed in pieces, not in one bytecode
         return encoded
 
     def _answer_history(self, request: GetHistory) -> Answer:

@@ -121,7 +121,35 @@ def timed(owner: Any, name: str, into: dict[str, float], key: str) -> None:
     setattr(owner, name, wrapper)
 
 
-def engine(n_nodes: int, profile: bool) -> dict[str, object]:
+def gil_holds(into: list[tuple[float, float, str, str, str]], min_s: float = 0.005) -> None:
+    """Record, for every thread started from now on, each call (C or Python) that ran `min_s` of
+    the thread's own CPU time or more outside the calls below it, as (cpu s, that self cpu s,
+    thread, name, caller): a call holding the GIL that long is what the scheduler thread waits on. A Python
+    frame's self time with no call inside is often a dealloc (a big structure freed)."""
+    local = threading.local()
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        now = time.thread_time()
+        stack = getattr(local, "stack", None)
+        if stack is None:
+            stack = local.stack = []
+        if event in ("call", "c_call"):
+            name = f"{arg.__qualname__}" if event == "c_call" else f"{frame.f_code.co_name} ({os.path.basename(frame.f_code.co_filename)})"
+            where = frame.f_back if event == "call" else frame
+            caller = f"{os.path.basename(where.f_code.co_filename)}:{where.f_lineno} {where.f_code.co_name}" if where else "?"
+            stack.append([now, 0.0, name, caller])
+        elif stack:
+            began, inner, name, caller = stack.pop()
+            spent = now - began
+            if stack:
+                stack[-1][1] += spent
+            if spent - inner >= min_s:
+                into.append((spent, spent - inner, threading.current_thread().name, name, caller))
+
+    threading.setprofile(profiler)
+
+
+def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object]:
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "..", "support"))
     import gc
@@ -155,6 +183,9 @@ def engine(n_nodes: int, profile: bool) -> dict[str, object]:
     selection = select_generation()
     errors, sink, state_log = ErrorCounter(), EventSink(), StateLog()
     cpu_cache.install_hooks([(t, w, h) for t, w, h in hook_points(sink, errors, state_log, HOOKS)])
+    held: list[tuple[float, float, str, str, str]] = []
+    if holds:
+        gil_holds(held)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -190,6 +221,8 @@ def engine(n_nodes: int, profile: bool) -> dict[str, object]:
             return
         pause = time.perf_counter() - gc_began[0]
         gc_pauses.append(pause)
+        if holds and pause >= 0.005:
+            held.append((pause, pause, threading.current_thread().name, f"gc gen {info['generation']}", "(wall)"))
         if threading.get_ident() == main_thread:
             in_step["gc"] = in_step.get("gc", 0.0) + pause
             in_step["gen"] = max(in_step.get("gen", -1), info["generation"])
@@ -274,17 +307,26 @@ def engine(n_nodes: int, profile: bool) -> dict[str, object]:
         out[action + ".client"] = report[-1] if report else ""
     inspector.publisher.close()
     inspector.server.close()
+    if holds:
+        out["gil-holds"] = [
+            f"{cpu * 1e3:6.1f} self {own * 1e3:6.1f}  [{thread}] {name}  <- {caller}"
+            for cpu, own, thread, name, caller in sorted(held, key=lambda h: -h[1])[:60]
+        ]
     return out
 
 
 # --- the driver ---------------------------------------------------------------------------
 
 
-def run_variant(site: str | None, n_nodes: int, key_dir: str, profile: bool = False) -> dict:
+def run_variant(site: str | None, n_nodes: int, key_dir: str, profile: bool = False, holds: bool = False) -> dict:
     env = dict(os.environ, MCINSPECT_KEY_DIR=key_dir)
     if site:
         env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
-    command = [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)] + (["--profile"] if profile else [])
+    command = (
+        [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)]
+        + (["--profile"] if profile else [])
+        + (["--gil-holds"] if holds else [])
+    )
     done = subprocess.run(ENGINE_PRIORITY + command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"engine bench failed ({n_nodes} nodes):\n{done.stderr[-3000:]}")
@@ -312,12 +354,16 @@ def split_text(split: dict[str, float]) -> str:
 def main(args: list[str]) -> None:
     """Options: --before-site DIR (the "before" packages; default: main's, installed now),
     --after-only (this tree alone, to look into it), --profile (with --after-only: cProfile of
-    each action's worst step; it slows every step, so its walls are not the figures)."""
+    each action's worst step; it slows every step, so its walls are not the figures), --gil-holds
+    (with --after-only: the request and publisher threads' calls that ran 5 ms or more, and the
+    cyclic GC pauses as long, on any thread; the profile hook slows those threads and adds its
+    own time to the Python frames' self time, so only C calls and short frames are telling)."""
     before_site = None
     if args[:1] == ["--before-site"]:
         before_site, args = args[1], args[2:]
     after_only = "--after-only" in args
     profile = "--profile" in args
+    holds = "--gil-holds" in args
     sizes = [int(a) for a in args if not a.startswith("--")] or [1_000, 10_000, 100_000]
     if before_site is None and not after_only:
         before_site = install_main()
@@ -332,7 +378,9 @@ def main(args: list[str]) -> None:
         if not after_only:
             before = run_variant(before_site, n, key_dir)
             print(f"  before, {n} nodes: {json.dumps({k: v for k, v in before.items() if not k.endswith('.profile')})}", flush=True)
-        after = run_variant(None, n, key_dir, profile and after_only)
+        after = run_variant(None, n, key_dir, profile and after_only, holds and after_only)
+        for line in after.get("gil-holds", []):
+            print("    gil hold:", line, flush=True)
         for action in ("quiet", "quiet-max", *ACTIONS):
             b = before or {action: float("nan"), action + ".cpu": float("nan")}
             walls = f"{b[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
@@ -357,6 +405,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--client"]:
         client(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1:2] == ["--engine"]:
-        print(json.dumps(engine(int(sys.argv[2]), sys.argv[3:4] == ["--profile"])), flush=True)
+        print(json.dumps(engine(int(sys.argv[2]), "--profile" in sys.argv[3:], "--gil-holds" in sys.argv[3:])), flush=True)
     else:
         main(sys.argv[1:])

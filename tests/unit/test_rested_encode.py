@@ -3,12 +3,16 @@ between them) and decode to the same message as a plain encode."""
 
 from __future__ import annotations
 
-import msgspec
+from typing import cast
 
-from mcinspect.schema import Counters, Delta, Seq, SlotContent, SlotId, Snapshot, Step
+import msgspec
+import pytest
+
+from mcinspect.schema import Counters, Delta, History, Seq, SlotContent, SlotId, Snapshot, Step
+from mcinspect_engine_hooks import rested_encode
 from mcinspect_engine_hooks.rested_encode import CHUNK, encode_rested
 
-from factory import free_slots, node, snapshot, state
+from factory import delta, free_slots, node, snapshot, state
 
 
 def test_a_big_snapshot_decodes_the_same_and_rests_between_pieces() -> None:
@@ -34,3 +38,33 @@ def test_a_big_delta_decodes_the_same_and_a_small_one_is_one_piece() -> None:
     small = msgspec.structs.replace(big, upsert_nodes=nodes[:5], slots={})
     rests.clear()
     assert encode_rested(msgspec.msgpack.Encoder(), small, rests.append) == msgspec.msgpack.encode(small) and not rests
+
+
+def test_a_big_message_is_assembled_a_bounded_copy_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No single call copies the whole message: the pieces and the skeleton go into the output
+    # COPY_BYTES at a time, with a rest after each (the 100k bench's join and outer encode held
+    # the GIL 10-30 ms each).
+    monkeypatch.setattr(rested_encode, "COPY_BYTES", 4096)
+    message = snapshot(9, state(nodes=[node(i, parent=i - 1) for i in range(CHUNK * 4)]))
+    rests: list[float] = []
+    encoded = encode_rested(msgspec.msgpack.Encoder(), message, rests.append)
+    assert msgspec.msgpack.decode(encoded, type=Snapshot) == message
+    assert len(rests) >= 4 + len(encoded) // 4096 - 1  # the pieces' rests, then one after each full copy
+
+
+def test_a_history_holding_a_big_delta_is_copied_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rested_encode, "COPY_BYTES", 4096)
+    deltas = [delta(seq, nodes=[node(i, parent=0) for i in range(200 * seq)]) for seq in (1, 2)]
+    raws = cast("list[Delta]", [msgspec.Raw(msgspec.msgpack.encode(d)) for d in deltas])
+    history = History(schema_version=1, deltas=raws, oldest_seq=Seq(1))
+    rests: list[float] = []
+    encoded = encode_rested(msgspec.msgpack.Encoder(), history, rests.append)
+    assert msgspec.msgpack.decode(encoded, type=History).deltas == deltas
+    assert len(rests) >= len(encoded) // 4096 - 1 > 2  # a rest after each full copy (the last may be short)
+
+
+def test_a_history_of_decoded_deltas_is_encoded_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rested_encode, "COPY_BYTES", 16)
+    history = History(schema_version=1, deltas=[delta(1, nodes=[node(i, parent=0) for i in range(20)])], oldest_seq=Seq(1))
+    encoded = encode_rested(msgspec.msgpack.Encoder(), history, [].append)
+    assert encoded == msgspec.msgpack.encode(history)
