@@ -21,6 +21,7 @@ from mcinspect.schema import NodeId, NodeRecord
 
 from .adapter_0523 import PythonTreeView
 from .components import MAMBA
+from .tree_walk import walked_arena, walked_depths
 
 
 def refusal(tree_cache: Any) -> str:
@@ -46,24 +47,12 @@ class WalkedTreeView(PythonTreeView):
 
     def arena(self) -> dict[int, Any]:
         """NodeId -> node, ids ascending (the newest last), walked afresh: a new dict each call."""
-        nodes: list[Any] = []
-        stack = [self.core.root_node]
-        while stack:
-            node = stack.pop()
-            nodes.append(node)
-            stack.extend(node.children.values())
-        self._arena = {node.id: node for node in sorted(nodes, key=lambda n: n.id)}
+        self._arena = walked_arena(self.core.root_node)
         return self._arena
 
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]:
         """Every node, depth-first from the root (the walk reaches every node there is)."""
-        items: list[tuple[Any, int]] = []
-        stack = [(self.core.root_node, 0)]
-        while stack:
-            node, depth = stack.pop()
-            items.append((node, depth))
-            stack.extend((child, depth + len(node.key)) for child in node.children.values())
-        return {record.id: record for record in self.records(items, tombstones)}
+        return {record.id: record for record in self.records(walked_depths(self.core.root_node), tombstones)}
 
     def node(self, node_id: int) -> Any:
         """The node with this id while its parents still list it up to the root."""

@@ -24,6 +24,7 @@ from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash
 
 from .req_kv import key_tokens
 from .tensor_runs import ints_of_many, runs_of_many
+from .tree_walk import walked_arena, walked_depths
 
 
 def refusal(tree_cache: Any) -> str:
@@ -56,24 +57,12 @@ class MrcTreeView:
 
     def arena(self) -> dict[int, Any]:
         """NodeId -> node, ids ascending (the newest last), walked afresh: a new dict each call."""
-        nodes: list[Any] = []
-        stack = [self.cache.root_node]
-        while stack:
-            node = stack.pop()
-            nodes.append(node)
-            stack.extend(node.children.values())
-        self._arena = {node.id: node for node in sorted(nodes, key=lambda n: n.id)}
+        self._arena = walked_arena(self.cache.root_node)
         return self._arena
 
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]:
         """Every node, depth-first from the root."""
-        items: list[tuple[Any, int]] = []
-        stack = [(self.cache.root_node, 0)]
-        while stack:
-            node, depth = stack.pop()
-            items.append((node, depth))
-            stack.extend((child, depth + len(node.key)) for child in node.children.values())
-        return {record.id: record for record in self.records(items, tombstones)}
+        return {record.id: record for record in self.records(walked_depths(self.cache.root_node), tombstones)}
 
     def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]:
         """NodeRecords for (node, depth) pairs; one device copy for all their values."""
