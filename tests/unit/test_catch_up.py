@@ -102,13 +102,20 @@ def catch_up(tree: Tree, capture: Capture, published: CacheState) -> tuple[Cache
         n += 1
 
 
-def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: tuple[EventSink, ErrorCounter]) -> None:
-    sink, errors = hooks
+def grown_unwatched(sink: EventSink) -> tuple[Tree, Capture, CacheState]:
+    """An empty tree captured whole, then grown by every group with nobody watching, by a
+    capture that reads one chunk of nodes and one of slots a step."""
     tree = Tree()
-    capture = Capture(tree.scheduler, sink, budget_s=0.0)  # one chunk a step
+    capture = Capture(tree.scheduler, sink, budget_s=0.0)
     published = capture.full_state(Step(0))
     for _ in range(GROUPS * PER_GROUP):
         tree.insert()
+    return tree, capture, published
+
+
+def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    sink, errors = hooks
+    tree, capture, published = grown_unwatched(sink)
     assert len(tree.scheduler.tree_cache.tree_core._node_arena) > IMMEDIATE_NODES
     nodes, slots = spy(capture)
     state, n = catch_up(tree, capture, published)
@@ -161,11 +168,7 @@ def test_the_caught_up_baseline_leaves_nothing_for_the_cyclic_gc(hooks: tuple[Ev
     100k-node catch-up kept 200k tracked objects alive and set off full collections over the
     engine's whole heap (seconds on the scheduler thread)."""
     sink, _ = hooks
-    tree = Tree()
-    capture = Capture(tree.scheduler, sink, budget_s=0.0)
-    published = capture.full_state(Step(0))
-    for _ in range(GROUPS * PER_GROUP):
-        tree.insert()
+    tree, capture, published = grown_unwatched(sink)
     catch_up(tree, capture, published)
     gc.collect()  # a tuple of tuples needs two passes
     gc.collect()
@@ -297,11 +300,7 @@ def test_the_state_a_catch_up_published_is_freed_a_few_shards_a_step(hooks: tupl
     baseline copied since (every slot's, after a tree filled up unwatched) would be freed in
     that one step. The capture keeps them and frees RETIRED_A_STEP a step."""
     sink, _ = hooks
-    tree = Tree()
-    capture = Capture(tree.scheduler, sink, budget_s=0.0)
-    published = capture.full_state(Step(0))
-    for _ in range(GROUPS * PER_GROUP):
-        tree.insert()
+    tree, capture, published = grown_unwatched(sink)
     assert capture.step(Step(1)) is None
     during = capture.published()
     shards = [id(shard) for shard in during.nodes.shards() + during.slots.shards()]
