@@ -33,6 +33,7 @@ keeps the inspector's own hooks from recording the run's allocations as engine e
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import time
 from array import array
@@ -190,7 +191,10 @@ class ReferencePrefill:
 
         runner = self.scheduler.tp_worker.model_runner
         resolve_forward_inputs(batch, self.scheduler.future_map)
-        forward_batch = ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
+        if "return_hidden_states_before_norm" in inspect.signature(ForwardBatch.init_new).parameters:
+            forward_batch = ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
+        else:  # the MambaRadixCache releases read it from the batch (its default: False)
+            forward_batch = ForwardBatch.init_new(batch, runner)
         with torch.inference_mode():
             runner.forward(forward_batch)
 

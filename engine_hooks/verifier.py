@@ -172,13 +172,6 @@ class Verifier:
 
     def _build(self, name: str) -> Any:
         if name == "engine":
-            from sglang.srt.managers import schedule_batch
-
-            if not hasattr(schedule_batch, "ReqKvInfo"):
-                raise VerifyUnavailable(
-                    "its reference prefill builds requests with sglang 0.5.22+'s Req.kv (ReqKvInfo), which this "
-                    "release lacks (MambaRadixCache releases keep those fields on Req); use --verify transformers"
-                )
             return EngineOracle(self.scheduler)
         factory = extensions.oracle_factory(name)
         if factory is None:
@@ -361,7 +354,8 @@ class Verifier:
         """(request, working slot, tokens) of a running request whose last forward just ran,
         preferring requests that took a prefix from the cache and were checked least."""
         s = self.scheduler
-        batch = getattr(s, "cur_batch_for_debug", None)
+        # the batch the scheduler launched last (the MambaRadixCache releases name it `cur_batch`)
+        batch = s.cur_batch_for_debug if hasattr(s, "cur_batch_for_debug") else getattr(s, "cur_batch", None)
         if batch is None or getattr(batch, "forward_iter", None) != getattr(s, "forward_ct", None):
             return None
         mode = getattr(batch, "forward_mode", None)
