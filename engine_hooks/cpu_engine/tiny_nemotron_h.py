@@ -9,8 +9,10 @@ from typing import ClassVar
 from . import state_memory
 from .tiny_spec import TinySpec, rewrite_config, save
 
-_PATTERN_CHARS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
-"""transformers' layer kinds as NemotronH's pattern characters (sglang reads the pattern)."""
+_PATTERN_CHARS = {"linear_attention": "M", "full_attention": "*", "mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+"""transformers' layer kinds as NemotronH's pattern characters (sglang reads the pattern): 5.19's
+names, and 5.12's ("mamba", "attention"; the MambaRadixCache releases' venvs pin 5.12.1)."""
+MAMBA_KINDS = ("linear_attention", "mamba")
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,12 @@ class TinyNemotronHSpec(TinySpec):
             torch.manual_seed(self.seed)
             model = NemotronHForCausalLM(config)
             for layer in model.model.layers:
-                if layer.block_type == "linear_attention":  # transformers calls Mamba2 mixers linear attention
+                if layer.block_type in MAMBA_KINDS:  # transformers 5.19 calls Mamba2 mixers linear attention
                     layer.mixer.A_log.copy_(state_memory.a_log_for(self.state_decay, self.mamba_num_heads))
                     layer.mixer.dt_bias.zero_()
             model = model.to(torch.bfloat16)
         save(model, out_dir)
+        _embeddings_as_sglang_reads_them(out_dir)
         rewrite_config(out_dir, sglang_keys(config), drop=("layers_block_type", "mtp_layers_block_type"))
 
 
@@ -87,3 +90,16 @@ def sglang_keys(config: object) -> dict:
         "mamba_chunk_size": config.chunk_size,
         "mamba_dt_min": config.time_step_min,
     }
+
+
+def _embeddings_as_sglang_reads_them(out_dir: Path) -> None:
+    """transformers 5.12 saves the embedding as `backbone.embedding.weight`; sglang's NemotronH
+    loader (and transformers 5.19) read `backbone.embeddings.weight`: renamed, the checkpoint is
+    5.19's, byte for byte."""
+    from safetensors.torch import load_file, save_file
+
+    path = out_dir / "model.safetensors"
+    tensors = load_file(path)
+    if "backbone.embedding.weight" in tensors:
+        tensors["backbone.embeddings.weight"] = tensors.pop("backbone.embedding.weight")
+        save_file(tensors, path, metadata={"format": "pt"})
