@@ -96,3 +96,32 @@ def test_ensure_reuses_cache_and_rewrites_an_incomplete_one(tmp_path: Path) -> N
 def test_unknown_family_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown model family 'mamba3'"):
         ensure_tiny_model("mamba3", cache_dir=tmp_path)
+
+
+def test_nemotron_h_written_by_transformers_5_12_reads_as_5_19s(tmp_path: Path) -> None:
+    """The MambaRadixCache releases' venvs pin transformers 5.12.1: its layer kinds ("mamba",
+    "attention") give the same pattern, and its embedding key is renamed to the one sglang loads."""
+    from types import SimpleNamespace
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from mcinspect_engine_hooks.cpu_engine.tiny_nemotron_h import _embeddings_as_sglang_reads_them, sglang_keys
+
+    kinds = SimpleNamespace(
+        layers_block_type=["mamba", "mlp", "mamba", "attention", "mlp"],
+        n_groups=2,
+        conv_kernel=4,
+        expand=2,
+        chunk_size=64,
+        time_step_min=1e-9,
+    )
+    assert sglang_keys(kinds)["hybrid_override_pattern"] == "M-M*-"
+    embedding = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    save_file(
+        {"backbone.embedding.weight": embedding, "lm_head.weight": embedding + 1}, tmp_path / "model.safetensors", metadata={"format": "pt"}
+    )
+    _embeddings_as_sglang_reads_them(tmp_path)
+    saved = load_file(tmp_path / "model.safetensors")
+    assert saved.keys() == {"backbone.embeddings.weight", "lm_head.weight"}
+    assert torch.equal(saved["backbone.embeddings.weight"], embedding)
