@@ -153,10 +153,16 @@ class ReferencePrefill:
         params.normalize(None)
         vocab = self.scheduler.model_config.vocab_size
         req = Req(f"{RID_PREFIX}{next(_counter)}", "", array("q", tokens), params, vocab_size=vocab)
-        refresh = getattr(req, "refresh_fill_ids", None) or req._refresh_fill_ids  # 0.5.21's name
-        refresh()
-        if hasattr(req, "set_extend_range"):  # sglang 0.5.21
+        refresh = getattr(req, "refresh_fill_ids", None) or getattr(req, "_refresh_fill_ids", None)  # 0.5.21's name
+        if refresh is not None:
+            refresh()
+        else:  # 0.5.13 and before: what init_next_round_input sets, without its tree match
+            req.full_untruncated_fill_ids = req.origin_input_ids + req.output_ids
+        if hasattr(req, "set_extend_range"):  # sglang 0.5.21, 0.5.15
             req.set_extend_range(0, len(tokens))
+        elif hasattr(req, "set_extend_input_len"):  # 0.5.13 and before: what PrefillAdder sets
+            req.fill_len = len(tokens)
+            req.set_extend_input_len(len(tokens))
         else:
             req.extend_end = len(tokens)  # the whole prefix in one extend (prefix_len stays 0)
         kv = fields_of(req)
