@@ -7,7 +7,8 @@ is sampled, nothing reaches the tokenizer or the detokenizer). The request's wor
 holds the mamba state after exactly `len(tokens)` tokens, computed from a cleared slot by the
 same kernels that serve users; `compare` reads it before everything is given back.
 
-Isolation (sglang 0.5.23), each enforced here rather than hoped for:
+Isolation (sglang 0.5.23; the same on 0.5.13-0.5.22, whose requests are filled as their schedulers
+fill them), each enforced here rather than hoped for:
 - no prefix match and no copy-on-write: the request never calls `init_next_round_input` with
   the tree, so `prefix_len` is 0 and its freshly allocated working slot is cleared by the
   forward's deferred clear;
