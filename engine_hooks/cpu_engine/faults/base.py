@@ -33,10 +33,11 @@ REAL_37836 = tuple(
         "T2 fires on the unpatched nemotron-h engine, so a fault caught by T2 proves nothing there "
         "(test_releases shows the real bug caught)",
     )
-    for release in ("0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19")
+    for release in ("0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19")
 )
-"""Where the unpatched engine already caches wrong Mamba2 states (#37836, fixed in 0.5.20; 0.5.15's
-MambaRadixCache backend has the same `_init_track_ssm_indices`)."""
+"""Where the unpatched engine already caches wrong Mamba2 states (#37836, fixed in 0.5.20): 0.5.13's and
+0.5.15's MambaRadixCache backends have the same `_init_track_ssm_indices` (caught there, README;
+0.5.14 not run)."""
 
 RECOMPUTE_CHECK = "T2-recompute"
 """The check of invariant T2 (a cached state equals its prefix recomputed alone): the only one
