@@ -476,13 +476,13 @@ class Capture:
         neither (most decode steps) finds the same tensor at the same version: nothing to read."""
         listed = self._pools.free_mamba_slots(self.pool)
         seen = self._free_source
-        if seen is not None and seen[0] is listed and seen[1] == getattr(listed, "_version", None):
+        version = _version_of(listed)
+        if seen is not None and seen[0] is listed and version is not None and seen[1] == version:
             return self._free
         size = self.size
         slots, _ = host_concat([listed])
         free = np.zeros(size + 1, dtype=bool)
         free[slots[(slots >= 0) & (slots <= size)]] = True
-        version = getattr(listed, "_version", None)  # a list (sglang 0.5.12) has none: read every time
         self._free_source = (listed, version) if version is not None else None
         return free
 
@@ -511,6 +511,15 @@ class Capture:
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims
         return out
+
+
+def _version_of(value: Any) -> int | None:
+    """A tensor's in-place write counter; None for a list (sglang 0.5.12) or an inference-mode
+    tensor (which keeps none): such a free list is read every time."""
+    try:
+        return int(value._version)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def _anchors(held: dict[Rid, HeldRequest]) -> list[tuple[int, Any]]:
