@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_runs import CASES, VERIFY_ENV, assert_fault_caught, record_and_check
+from fault_runs import CASES, DETECTION_STEPS, VERIFY_ENV, assert_fault_caught, record_and_check
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
@@ -192,6 +192,13 @@ MRC_FAULTS = [
     # no write hooks on these releases (hooks_mrc): the fingerprints see the slot change later
     ("0.5.15", "decode-write-to-padding", "extra_buffer_lazy", 16, "content-immutable", "off", 20),
     ("0.5.15", "stray-track-write", "extra_buffer", 1, "content-immutable", "off", 60),
+    # the key length moved a page from the tracked state's (MambaRadixCache's two caching calls)
+    ("0.5.15", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
+    ("0.5.15", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
+    ("0.5.15", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),
+    # T2 reads a state when the transformers oracle gets to it: fault_runs' allowance for T2
+    ("0.5.15", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("0.5.15", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     ("0.5.14", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
     ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
     ("0.5.13", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),

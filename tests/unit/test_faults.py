@@ -163,7 +163,10 @@ def test_a_missing_target_falls_back_to_the_older_release_one() -> None:
     release_0519, release_0516 = hook.fallback.fallback, hook.fallback.fallback.fallback
     assert release_0519.target.endswith("components.mamba_component.MambaComponent.prepare_for_caching_req")
     assert release_0516.target.endswith("unified_cache_components.mamba_component.MambaComponent.prepare_for_caching_req")
-    assert older.chosen() is release_0516  # neither older module in 0.5.23: the last row stands
+    release_mrc = release_0516.fallback  # 0.5.10-0.5.15: before both of MambaRadixCache's caching calls
+    assert release_mrc.target.endswith("mamba_radix_cache.MambaRadixCache.cache_unfinished_req")
+    assert [also.target.rsplit(".", 1)[1] for also in release_mrc.also] == ["cache_finished_req"]
+    assert older.chosen() is release_mrc  # no older module in 0.5.23: the last row stands
 
 
 # ---------------------------------------------------------------- applying a fault in-process
