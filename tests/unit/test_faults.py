@@ -169,6 +169,17 @@ def test_a_missing_target_falls_back_to_the_older_release_one() -> None:
     assert older.chosen() is release_mrc  # no older module in 0.5.23: the last row stands
 
 
+def test_a_target_without_its_feature_falls_back() -> None:
+    """0.5.15 ships 0.5.16's MambaComponent module unused: the feature (int8_ckpt_pool) decides."""
+    hook = FAULTS["track-off-by-one"].hooks[0]
+    assert hook.chosen() is hook
+    with_feature = dataclasses.replace(hook, feature=f"{hook.target.rsplit('.', 1)[0]}.int8_ckpt_pool")
+    assert with_feature.chosen() is with_feature  # 0.5.23's MambaComponent has it
+    without = dataclasses.replace(hook, feature="sglang.srt.mem_cache.no_such_module.MambaComponent.int8_ckpt_pool")
+    assert without.chosen() is hook.fallback.chosen()  # the chain's end in 0.5.23: MambaRadixCache's row
+    assert without.chosen().target.endswith("MambaRadixCache.cache_unfinished_req")
+
+
 # ---------------------------------------------------------------- applying a fault in-process
 
 

@@ -107,12 +107,14 @@ def _gdn_on_the_mamba2_grid(indices: tuple[Any, ...], forward_batch: Any) -> Any
     """The gated delta net's 4-tuple plan (0.5.10-0.5.19) with its `h` rows read on Mamba2's flat
     grid: request i's chunk states start at sum_{j<i} ceil(len_j / chunk) there (the backend's own
     offsets), the fault reads row floor((start_i + aligned_i) / chunk)."""
+    from sglang.srt.layers.attention import hybrid_linear_attn_backend
     from sglang.srt.server_args import get_global_server_args
 
     h_src, h_dst, final_src, final_dst = indices
     if h_src.numel() == 0:
         return None
-    chunk = get_global_server_args().mamba_cache_chunk_size
+    # 0.5.10-0.5.12 chunk by the module's FLA_CHUNK_SIZE; later releases by mamba_cache_chunk_size
+    chunk = getattr(hybrid_linear_attn_backend, "FLA_CHUNK_SIZE", None) or get_global_server_args().mamba_cache_chunk_size
     mask = forward_batch.mamba_track_mask.cpu()
     lens = (forward_batch.mamba_track_seqlens.cpu() - forward_batch.extend_prefix_lens.cpu()).tolist()
     rows = [row for row in mask.nonzero().flatten().tolist() if lens[row] % chunk]  # the backend's unaligned rows, in order
@@ -178,9 +180,14 @@ def _committed_len(req: Any) -> int:
     return min(req.kv_committed_len, len(req.origin_input_ids) + len(req.output_ids))
 
 
+def _fill_len(req: Any) -> int:
+    """The tokens cache_unfinished_req caches from: its fill ids (0.5.12: the `fill_ids` field)."""
+    return len(req.get_fill_ids() if hasattr(req, "get_fill_ids") else req.fill_ids)
+
+
 def credit_one_page_late_at_checkpoint(cache: Any, req: Any, chunked: bool = False) -> None:
     """Before `MambaRadixCache.cache_unfinished_req`: track-off-by-one's late credit there."""
-    _move_tracked_seqlen("track-off-by-one", cache, req, 1, len(req.get_fill_ids()))
+    _move_tracked_seqlen("track-off-by-one", cache, req, 1, _fill_len(req))
 
 
 def credit_one_page_late_at_finish(cache: Any, req: Any, is_insert: bool = True) -> None:
@@ -192,7 +199,7 @@ def credit_one_page_late_at_finish(cache: Any, req: Any, is_insert: bool = True)
 def floor_one_page_short_at_checkpoint(cache: Any, req: Any, chunked: bool = False) -> None:
     """Before `MambaRadixCache.cache_unfinished_req`: depth-mismatch's floor there (the key
     ends a page before the state the donated slot holds; the cache frees the tail's KV itself)."""
-    _move_tracked_seqlen("depth-mismatch", cache, req, -1, len(req.get_fill_ids()))
+    _move_tracked_seqlen("depth-mismatch", cache, req, -1, _fill_len(req))
 
 
 def floor_one_page_short_at_finish(cache: Any, req: Any, is_insert: bool = True) -> None:
