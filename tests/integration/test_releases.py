@@ -210,6 +210,7 @@ MRC_FAULTS = [
     ("0.5.12", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
     ("0.5.12", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
     ("0.5.12", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("0.5.12", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     ("0.5.11", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.11", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
     # 0.5.10: as 0.5.11, its hooks and the faults' applied by registry.py's stand-in (no HookRegistry)
