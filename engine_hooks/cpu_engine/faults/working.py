@@ -24,9 +24,12 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
     """Whether no state the request computes from here on can be donated to the tree: its
     extend is shorter than the prefill checkpoint grid and its decode crosses no track boundary
     (the grids extra_buffer tracks on)."""
-    from sglang.srt import runtime_context
     from sglang.srt.server_args import get_global_server_args
 
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # 0.5.13: no runtime_context module; the rules are the ServerArgs fields
+        runtime_context = None
     extend_len, extend_end = _extend(req)
     checkpoint_grid = getattr(runtime_context, "mamba_checkpoint_grid", None)
     # 0.5.17: a prefill checkpoints from one mamba_cache_chunk_size on (its ServerArgs property, the page folded in)
