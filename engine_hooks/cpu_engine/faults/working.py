@@ -43,10 +43,13 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
 
 
 def _extend(req: Any) -> tuple[int, int]:
-    """(extend length, extend end) of the request's current extend (0.5.21: its `extend_range`)."""
+    """(extend length, extend end) of the request's current extend (0.5.21: its `extend_range`;
+    0.5.13-0.5.14: `extend_input_len` past the prefix)."""
     if hasattr(req, "extend_range"):
         return req.extend_range.length, req.extend_range.end
-    return req.extend_len, req.extend_end
+    if hasattr(req, "extend_len"):
+        return req.extend_len, req.extend_end
+    return req.extend_input_len, prefix_len_of(req) + req.extend_input_len  # 0.5.13-0.5.14: after the cached prefix
 
 
 def drop_copy_on_write(original: Callable[..., Any], batch: Any, reqs: Any) -> Any:
