@@ -283,7 +283,9 @@ def test_a_fault_is_caught_on_a_mamba_radix_cache_release(
 ) -> None:
     log = tmp_path / "faults.jsonl"
     args = ("--fault", fault, "--strategy", strategy, "--page-size", str(page_size))
-    summary, found = _mrc_demo(tmp_path, *args, verify=verify, release=mrc_release, env={LOG_ENV: str(log)})
+    # T2 rows: every state verified as soon as it can be read (fault_runs' setting for measuring detection)
+    env = {LOG_ENV: str(log), **(VERIFY_ENV if verify != "off" else {})}
+    summary, found = _mrc_demo(tmp_path, *args, verify=verify, release=mrc_release, env=env)
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["step"] is not None for a in actions)
     first = min(a["step"] for a in actions)
