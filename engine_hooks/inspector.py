@@ -60,8 +60,8 @@ from .publisher import Publisher
 from .self_check import SelfCheck
 from .server import RequestServer
 from .state_log import StateLog
-from .step_gate import StepGate
 from .stats import SAMPLE_EVERY, StatsCollector
+from .step_gate import StepGate
 from .verifier import Verifier, VerifyUnavailable
 
 logger = logging.getLogger("mcinspect.engine_hooks")
