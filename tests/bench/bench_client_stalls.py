@@ -8,7 +8,9 @@ sleeps to a 10 ms step. The tree is built first, then collected once (`gc.collec
 there why); the longest cyclic GC pause of each action is reported all the same. A step's stall is its time as the scheduler feels it: the work of the
 step plus how late the thread got the GIL back after its sleep (the request and publisher
 threads encode while holding it); the engine side runs at real-time priority where `chrt` may
-set it, so that other processes on a shared machine do not preempt it. The thread's own CPU time
+set it, so that other processes on a shared machine do not preempt it, and its scheduler thread
+above its own other threads (SCHEDULER_PRIORITY), with sglang's torch ops on one thread
+(SINGLE_OMP_THREAD): on 2 cores either of them otherwise measures the core, not the inspector. The thread's own CPU time
 per step is printed beside it. Each client action runs in a child process through
 the real client (Session / Requester over the CURVE transport), as `mcinspect` would:
 
