@@ -24,6 +24,7 @@ from fault_runs import CASES, VERIFY_ENV, assert_fault_caught, record_and_check
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
+from mcinspect_engine_hooks.families import DEFAULT_FAMILY
 
 from engine_runs import free_port_pair, opt_in
 
@@ -283,21 +284,34 @@ def test_a_fault_is_caught_on_a_mamba_radix_cache_release(
     assert not early, early[:3]  # clean until the fault acted (but for the release's own bug)
 
 
+MRC_TP = ("0.5.15", "0.5.13", "0.5.12")
+"""MambaRadixCache releases whose CPU engine runs two real TP ranks (`demo --tp 2`) with tp-desync:
+0.5.13 reads the rank from the parallel state (no runtime context), 0.5.12's MambaPool allocates."""
+
+
+@opt_in(MATRIX_ENV)
+@pytest.mark.parametrize("mrc_release", MRC_TP)
+def test_tp_desync_is_caught_on_a_mamba_radix_cache_release(mrc_release: str, tmp_path: Path) -> None:
+    """Rank 1's allocator hands out other slots than rank 0's (faults/ranks.py): tp-agree, from
+    both ranks' recordings, at the step it acted."""
+    mcinspect = str(venv_of(mrc_release) / "bin" / "mcinspect")
+    assert_fault_caught(tmp_path, "tp-desync", DEFAULT_FAMILY, "extra_buffer", 16, mcinspect=mcinspect)
+
+
 @opt_in(MATRIX_ENV)
 def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_path: Path) -> None:
     """0.5.15's mix_with_running -> merge_batch drops the prefill rows' track fields (#24613, as
     on 0.5.21-0.5.22 above): the mixed forward never writes the ping-pong slots it donates. No
-    fault injected: the write hooks see it at the step, the fingerprints and T2 later."""
-    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1")
+    fault injected: the write hooks see it at the step (the first mixed one), the fingerprints
+    later. T2 is off: a mixed-chunk run keeps every step busy, and the transformers oracle
+    verified 1 of its 33 queued states before the run ended (0 mismatches: it proves nothing)."""
+    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1", verify="off")
     stats = summary["stats"]
     assert stats["paths"]["mixed batch"] > 0
-    assert stats["verify"]["mismatches"] > 0  # the cached states are wrong
     firsts = {c: min(v["step"] for v in found if v["check"] == c) for c in {v["check"] for v in found}}
-    print(
-        f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches, T2 {stats['verify']['mismatches']} of {stats['verify']['verified']} differ; first steps {firsts}"
-    )
-    assert {"write-ran", "T2-recompute"} <= {v["check"] for v in found}, found[:3]
-    assert min(v["step"] for v in found) == firsts["write-ran"]  # the metadata check sees it first
+    print(f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches; first steps {firsts}")
+    assert {"write-ran", "content-immutable"} <= set(firsts), found[:3]
+    assert min(firsts.values()) == firsts["write-ran"]  # the metadata check sees it first
 
 
 @opt_in(MATRIX_ENV)
