@@ -7,9 +7,10 @@ The write rows are 0.5.23's: these releases run the same two track copies
 (`_track_mamba_state_extend`, `track_mamba_states_if_needed`) with the same arguments, and
 write_hooks reads their batches as it reads 0.5.17 and 0.5.20's (no CPU track masks or rows on the
 batch: the device mask, `req_pool_indices`, sglang's decode interval rule; req_kv). 0.5.10-0.5.13
-define the decode copy in the backend module itself and hand it `forward_batch.mamba_track_indices`
-(0.5.14-0.5.15: imported there, handed the metadata's): the row's target and arguments are the
-same. No all-layers copy (Mamba2 decode tracks through `track_mamba_states_if_needed` here).
+define the decode copy in the backend module itself (0.5.14-0.5.15 import it there), and
+0.5.10-0.5.14 hand it `forward_batch.mamba_track_indices` (0.5.15 the metadata's): the row's
+target and arguments are the same. No all-layers copy (Mamba2 decode tracks through
+`track_mamba_states_if_needed` here).
 
 Not hooked, and what that costs: node-level dirty marks (there is no node arena: every capture
 re-reads the whole tree, O(tree)); the T2 origins (which forward wrote a cached state: the track
