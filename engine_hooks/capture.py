@@ -156,6 +156,8 @@ class Capture:
         core shows every node, so `_tree_slots` is the whole truth there.)"""
         self._req_claims: dict[SlotId, list[SlotClaim]] = {}
         self._free = np.zeros(0, dtype=bool)
+        self._free_source: tuple[Any, int] | None = None
+        """The free list `_free` was read from and its version (`_read_free`)."""
         """The allocator's free slots as of the last capture, as a bitmap (index: slot id): one
         vectorised compare finds what moved, where sets of a 100k-slot pool took ms a step."""
         self._admission: set[int] = set()
@@ -467,15 +469,27 @@ class Capture:
         return claims_for_slot(sid, free, owners, self._req_claims.get(sid, []), slot in self._admission)
 
     def _read_free(self) -> np.ndarray:
-        """The mamba allocator's free slots now, as a bitmap over 0..size (one device copy)."""
+        """The mamba allocator's free slots now, as a bitmap over 0..size (one device copy); the
+        last bitmap itself while the allocator holds the list it was read from, unchanged.
+
+        sglang binds a new free list at each alloc and free (a slice or a cat), so a step with
+        neither (most decode steps) finds the same tensor at the same version: nothing to read."""
+        listed = self._pools.free_mamba_slots(self.pool)
+        seen = self._free_source
+        version = _version_of(listed)
+        if seen is not None and seen[0] is listed and version is not None and seen[1] == version:
+            return self._free
         size = self.size
-        slots, _ = host_concat([self._pools.free_mamba_slots(self.pool)])
+        slots, _ = host_concat([listed])
         free = np.zeros(size + 1, dtype=bool)
         free[slots[(slots >= 0) & (slots <= size)]] = True
+        self._free_source = (listed, version) if version is not None else None
         return free
 
     def _free_moved(self, free: np.ndarray) -> np.ndarray:
         """Slots that entered or left the free list since the last capture."""
+        if free is self._free:
+            return np.zeros(0, dtype=np.int64)
         if len(free) != len(self._free):  # the first step after full_state of an empty bitmap
             return np.arange(1, len(free))
         return np.flatnonzero(free != self._free)
@@ -497,6 +511,15 @@ class Capture:
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims
         return out
+
+
+def _version_of(value: Any) -> int | None:
+    """A tensor's in-place write counter; None for a list (sglang 0.5.12) or an inference-mode
+    tensor (which keeps none): such a free list is read every time."""
+    try:
+        return int(value._version)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def _anchors(held: dict[Rid, HeldRequest]) -> list[tuple[int, Any]]:

@@ -15,7 +15,8 @@ at most `budget` slots (MCINSPECT_FINGERPRINT_BUDGET, default DEFAULT_BUDGET; on
 tens of MB): past it, never-read slots first, then the others round-robin over the following
 calls, so on a large tree a recheck comes round every RECHECK_EVERY * slots / budget steps.
 Per capture the work is O(slots whose owner changed + budget), not O(tree): the capture says
-which slots changed owner.
+which slots changed owner. On host pools a recheck hashes only the slots whose bits moved since
+their last fingerprint (content_mirror.py); the others keep it, as hashing them would.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 from mcinspect.schema import SlotContent, SlotId, Step
 from mcinspect_kernels.fingerprint import fingerprint_slots
 
+from .content_mirror import ContentMirror
 from .cow_map import CowMap, Frozen
 
 BUDGET_ENV = "MCINSPECT_FINGERPRINT_BUDGET"
@@ -57,6 +59,8 @@ class ContentCapture:
         cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
         self._conv: list[torch.Tensor] = list(cache.conv)
         self._temporal: torch.Tensor = cache.temporal
+        self._mirror = ContentMirror.of_pool([*self._conv, self._temporal])
+        """Host pools: the bits of each slot's last fingerprint (a recheck of unmoved bits is a compare)."""
         budget = os.environ.get(BUDGET_ENV)
         self._budget = int(budget) if budget else DEFAULT_BUDGET
         self._previous_owners: dict[int, int] = {}
@@ -88,6 +92,8 @@ class ContentCapture:
         dropped = [SlotId(slot) for slot in self._contents.keys_in(changes)]
         for slot in dropped:
             del self._contents[slot]
+        if self._mirror is not None and dropped:
+            self._mirror.forget(dropped)
         # Every set operation here iterates the smaller side: after a catch-up `changes` may hold
         # every slot of a 100k-node tree, and the step after it every slot is stable.
         stable, self._unsettled = _minus(self._unsettled, changes), changes & owners.keys()
@@ -99,7 +105,9 @@ class ContentCapture:
         self._settle(owners)
         if step % RECHECK_EVERY and not self._missing:
             return {}, dropped
-        slots = self._pick(owners)
+        picked = self._pick(owners)
+        slots = self._changed(picked)
+        self._missing.difference_update(picked)
         if not slots:
             return {}, dropped
         ids = torch.tensor(slots, dtype=torch.int64, device=self._temporal.device)
@@ -113,8 +121,16 @@ class ContentCapture:
             if known is None or (known.fingerprint, known.nonfinite, known.zero) != (fingerprint, nonfinite, zero):
                 fresh[SlotId(slot)] = content
         self._contents.update(fresh)
-        self._missing.difference_update(slots)
+        if self._mirror is not None:
+            self._mirror.store(slots)
         return fresh, dropped
+
+    def _changed(self, slots: list[int]) -> list[int]:
+        """`slots` but those whose bits are those of their recorded fingerprint (host pools)."""
+        if self._mirror is None or not slots:
+            return slots
+        known = self._contents
+        return [slot for slot, same in zip(slots, self._mirror.unchanged(slots)) if not (same and SlotId(slot) in known)]
 
     def current(self) -> dict[SlotId, SlotContent]:
         return self._contents.to_dict()

@@ -3,14 +3,23 @@ the rows, in hooks_0523's form, for releases whose hybrid models use
 `mem_cache.mamba_radix_cache.MambaRadixCache`. Bodies named "mrc.*" are events_mrc.py's; the
 others are shared with 0.5.23 (same method, same arguments in these releases).
 
-Not hooked, and what that costs (also in `SKIPPED`, for `mcinspect hooks`): node-level dirty
-marks (there is no node arena: every capture re-reads the whole tree, O(tree)); the write
-hooks (`write-*` checks: the track copies are built from the batch's device tensors here);
-the T2 origins (which forward wrote a cached state: the track entries are not kept on the batch).
+The write rows are 0.5.23's: these releases run the same two track copies
+(`_track_mamba_state_extend`, `track_mamba_states_if_needed`) with the same arguments, and
+write_hooks reads their batches as it reads 0.5.17 and 0.5.20's (no CPU track masks or rows on the
+batch: the device mask, `req_pool_indices`, sglang's decode interval rule; req_kv). 0.5.10-0.5.13
+define the decode copy in the backend module itself (0.5.14-0.5.15 import it there), and
+0.5.10-0.5.14 hand it `forward_batch.mamba_track_indices` (0.5.15 the metadata's): the row's
+target and arguments are the same. No all-layers copy (Mamba2 decode tracks through
+`track_mamba_states_if_needed` here).
+
+Not hooked, and what that costs: node-level dirty marks (there is no node arena: every capture
+re-reads the whole tree, O(tree)); the T2 origins (which forward wrote a cached state: the track
+entries are not kept on the batch).
 """
 
 from __future__ import annotations
 
+from .hooks_0523 import HOOKS as HOOKS_0523
 from .hooks_0523 import MODEL_RUNNER, REQ, SCHEDULE_BATCH, SCHEDULER, Hook
 
 MRC = "mem_cache.mamba_radix_cache.MambaRadixCache"
@@ -50,4 +59,5 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{MRC}.insert", "after", "mrc.state_inserted", "state", "T2: a state entered the tree: its slot, node and prefix tokens (the insert's key)", "T2 of cached states"),
     Hook(f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "before", "state.collecting_copies", "state", "count of the copy-on-write path (demo summary, `Stats.paths`)", "the copy-on-write path count"),
     Hook(f"{SCHEDULE_BATCH}.mix_with_running", "after", "state.mixed", "state", "count of mixed batches (`Stats.paths`)", "the mixed-batch count"),
+    *(h for h in HOOKS_0523 if h.kind == "write" and not h.target.endswith("track_mamba_states_all_layers")),
 )  # fmt: skip

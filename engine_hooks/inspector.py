@@ -61,6 +61,7 @@ from .self_check import SelfCheck
 from .server import RequestServer
 from .state_log import StateLog
 from .stats import SAMPLE_EVERY, StatsCollector
+from .step_gate import StepGate
 from .verifier import Verifier, VerifyUnavailable
 
 logger = logging.getLogger("mcinspect.engine_hooks")
@@ -112,7 +113,8 @@ class Inspector:
         self._last_snapshot: Snapshot | None = None
         self._caught_up_at = float("-inf")
         keys = self._keys(config)
-        self.publisher = Publisher(config.host, self.port + 1, keys=keys)
+        self.gate = StepGate()
+        self.publisher = Publisher(config.host, self.port + 1, keys=keys, rest=self.gate.rest)
         info = msgspec.structs.replace(
             engine_info(scheduler, self.port, self.publisher.port, self.capture.full_detail, placement),
             verify=config.verify,
@@ -136,6 +138,7 @@ class Inspector:
             stats=self.stats_reply,
             handlers={StartVerify: self._start_verify, GetVerify: self._get_verify},
             keys=keys,
+            rest=self.gate.rest,
         )
         self._publish_key(config, keys)
         self.publisher.start()
@@ -159,7 +162,15 @@ class Inspector:
     def on_step(self, scheduler: Any, batch: Any) -> None:
         """After `process_batch_result`: capture, number and publish this step's delta, or,
         with nobody watching, only count the step (the usual path: kept short, it runs right
-        after the forward, when little of mcinspect is in the CPU's caches)."""
+        after the forward, when little of mcinspect is in the CPU's caches). The request and
+        publisher threads rest meanwhile (step_gate.py)."""
+        self.gate.close()
+        try:
+            self._on_step(scheduler, batch)
+        finally:
+            self.gate.open()
+
+    def _on_step(self, scheduler: Any, batch: Any) -> None:
         self._step += 1
         sink = self.sink
         self._verify_turn(idle=False)

@@ -40,13 +40,15 @@ class Placement:
     @classmethod
     def of_scheduler(cls, scheduler: Any) -> Placement:
         """The scheduler process's placement: sglang's parallel context where the release has
-        one (0.5.22 on), else the scheduler's own attributes (what an unsupported release has)."""
+        one (0.5.14 on), else the scheduler's own ParallelState (`scheduler.ps`, 0.5.13) or its
+        own attributes (0.5.10-0.5.12, and what an unsupported release has)."""
         try:
             from sglang.srt.runtime_context import get_parallel
 
             return cls._of(get_parallel(), replicas_of=get_parallel())
         except (ImportError, ValueError, RuntimeError):  # no such context, or not published in this process
-            return cls._of(scheduler, replicas_of=getattr(scheduler, "server_args", None))
+            own = getattr(scheduler, "ps", scheduler)  # without it, 0.5.13's ranks all read rank 0
+            return cls._of(own, replicas_of=getattr(scheduler, "server_args", None))
 
     @classmethod
     def _of(cls, source: Any, replicas_of: Any) -> Placement:

@@ -28,7 +28,7 @@ import torch
 from mcinspect.schema import KvState, NodeId, RequestRecord, RequestState, Rid, SlotClaim, SlotId
 
 from .req_kv import kv_of, node_id_of, prefix_len_of
-from .tensor_runs import FrozenRuns, free_token_runs, ints_of_many, runs_of_ints
+from .tensor_runs import FrozenRuns, HostViews, free_token_runs, ints_of_many, runs_of_ints
 
 TreeSlots = dict[SlotId, dict[NodeId, int]]
 """Tree-owned slot -> {node id: node end depth}; more than one node is a bug to show."""
@@ -94,6 +94,7 @@ class RequestReader:
     def __init__(self, req_to_token_pool: Any) -> None:
         self.pool = req_to_token_pool
         self._rows: dict[Rid, _RowRuns] = {}
+        self._host = HostViews()
 
     def read(
         self, held: Mapping[Rid, HeldRequest], sessions: Mapping[Rid, Any]
@@ -123,7 +124,8 @@ class RequestReader:
 
     def _mirror_rows(self, rows: list[int | None]) -> list[Any]:
         """The device mirrors' entries the forward reads for `rows` (working slot, ping-pong
-        slots), gathered in one index op per mirror (None where a mirror is absent)."""
+        slots), gathered in one index op per mirror (None where a mirror is absent); a host
+        mirror through its numpy view (a fraction of a torch index op and its index tensor)."""
         present = [row for row in rows if row is not None]
         out: list[Any] = []
         index = None  # one index tensor for both mirrors (they live on one device)
@@ -131,6 +133,10 @@ class RequestReader:
             mirror = getattr(self.pool, name, None)
             if mirror is None or not present:
                 out.append(None)
+                continue
+            host = self._host.of(mirror)
+            if host is not None:
+                out.append(host[present].reshape(-1).tolist())
                 continue
             if index is None or index.device != mirror.device:
                 index = torch.tensor(present, dtype=torch.int64, device=mirror.device)
@@ -153,7 +159,13 @@ class RequestReader:
                 start = cached.allocated_len
             else:
                 cached = _RowRuns(key, 0, ())
-            tail = self.pool.req_to_token[kv.req_pool_idx, start : kv.kv_allocated_len] if start < kv.kv_allocated_len else None
+            tail = None
+            if start < kv.kv_allocated_len:
+                host = self._host.of(self.pool.req_to_token)
+                table = host if host is not None else self.pool.req_to_token
+                tail = table[kv.req_pool_idx, start : kv.kv_allocated_len]
+                if host is not None:
+                    tail = tail.tolist()
             pending.append((rid, cached, kv.kv_allocated_len, tail))
         return pending
 

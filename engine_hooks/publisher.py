@@ -16,7 +16,9 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 import msgspec
@@ -58,6 +60,7 @@ class Publisher:
         history_size: int = 1024,
         send_hwm: int = 1000,
         keys: CurveKeys | None = None,
+        rest: Callable[[float], None] = time.sleep,
     ) -> None:
         """Bind the PUB socket now (a taken port raises here, in the caller's thread).
 
@@ -66,7 +69,9 @@ class Publisher:
         kernel's socket buffer). send_hwm <= history_size lets a subscriber that fell behind
         usually recover from the ring instead of a snapshot. `keys`: CURVE server keys (a
         subscriber without the engine's key gets nothing, not even a connection); None: open.
+        `rest`: the rest between the pieces of a big delta's encoding (rested_encode.py).
         """
+        self._rest = rest
         self._queue: queue.SimpleQueue[Delta] = queue.SimpleQueue()
         """Unbounded itself (a C queue: a put is a fraction of queue.Queue's); `publish`, the
         only producer, keeps it within `queue_size`."""
@@ -161,7 +166,7 @@ class Publisher:
 
     def _send(self, encoder: msgspec.msgpack.Encoder, delta: Delta) -> None:
         try:
-            payload = encode_rested(encoder, delta)  # a catch-up's delta is big: in pieces, with rests
+            payload = encode_rested(encoder, delta, self._rest)  # a catch-up's delta is big: in pieces, with rests
             seq = int(delta.seq)
             header = seq.to_bytes(8, "big")
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:

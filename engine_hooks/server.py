@@ -96,6 +96,7 @@ class RequestServer:
         keys: CurveKeys | None = None,
         time_share: TimeShare | None = None,
         rates: ClientRates | None = None,
+        rest: Callable[[float], None] = time.sleep,
     ) -> None:
         """Bind now (a taken port raises here); `start()` serves.
 
@@ -103,8 +104,10 @@ class RequestServer:
         `snapshot` returns the same object while nothing changed (its encoding is reused).
         `history` is `Publisher.history_after`; `handlers` answer further request types
         (request type -> thread-safe handler). An empty `token` disables the token check;
-        `keys` None serves without CURVE.
+        `keys` None serves without CURVE. `rest`: the rest between the pieces of a big reply's
+        encoding and of an old snapshot's freeing (rested_encode.py).
         """
+        self._rest = rest
         self.info = info
         self._token = token.encode()
         self._snapshot = snapshot
@@ -215,7 +218,7 @@ class RequestServer:
 
     def _encode(self, reply: Reply) -> Encoded:
         try:
-            return encode_rested(self._encoder, reply)  # a History after a catch-up holds a big delta
+            return encode_rested(self._encoder, reply, self._rest)  # a History after a catch-up holds a big delta
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             return self._encoder.encode(self._fail(f"reply could not be encoded: {exc}"))
 
@@ -260,12 +263,12 @@ class RequestServer:
         snapshot = self._snapshot()
         if self._encoded is not None and self._encoded[0] is snapshot:
             return self._encoded[1]
-        encoded = encode_rested(self._encoder, snapshot)  # in pieces: the scheduler thread keeps the GIL
+        encoded = encode_rested(self._encoder, snapshot, self._rest)  # in pieces: the scheduler thread keeps the GIL
         previous, self._encoded = self._encoded, (snapshot, encoded)
         if previous is not None:
             doomed = [previous[0]]
             del previous
-            free_rested(doomed)  # usually its last holder: freed in pieces, not in one bytecode
+            free_rested(doomed, self._rest)  # usually its last holder: freed in pieces, not in one bytecode
         return encoded
 
     def _answer_history(self, request: GetHistory) -> Answer:

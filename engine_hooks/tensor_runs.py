@@ -64,6 +64,30 @@ def ints_of_many(values: Sequence[IndexValue]) -> list[list[int]]:
     return out
 
 
+class HostViews:
+    """numpy views of host tensors, kept while the tensor is the same object: indexing one is a
+    fraction of a torch op's fixed cost (sglang's per-row tables are read a few rows a step)."""
+
+    def __init__(self) -> None:
+        self._views: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
+
+    def of(self, tensor: torch.Tensor) -> np.ndarray | None:
+        """`tensor`'s numpy view (shares its memory: reads see every write), or None off the host."""
+        kept = self._views.get(id(tensor))
+        if kept is not None and kept[0] is tensor:
+            return kept[1]
+        if not tensor.is_cpu or tensor.requires_grad or tensor.dtype == torch.bool or tensor.is_conj():
+            return None
+        try:
+            view = tensor.numpy()
+        except (RuntimeError, TypeError):  # a dtype or layout numpy cannot share
+            return None
+        if len(self._views) >= 8:  # sglang binds its tables once; a few at most are ever seen
+            self._views.clear()
+        self._views[id(tensor)] = (tensor, view)
+        return view
+
+
 FEW_HOST_VALUES = 64
 """Up to this many values on the host, `tolist` each: a capture's request fields (0-d and
 1-d tensors, Nones) take a third of the time of one concatenation and copy; past it (a tree's

@@ -8,7 +8,9 @@ sleeps to a 10 ms step. The tree is built first, then collected once (`gc.collec
 there why); the longest cyclic GC pause of each action is reported all the same. A step's stall is its time as the scheduler feels it: the work of the
 step plus how late the thread got the GIL back after its sleep (the request and publisher
 threads encode while holding it); the engine side runs at real-time priority where `chrt` may
-set it, so that other processes on a shared machine do not preempt it. The thread's own CPU time
+set it, so that other processes on a shared machine do not preempt it, and its scheduler thread
+above its own other threads (SCHEDULER_PRIORITY), with sglang's torch ops on one thread
+(SINGLE_OMP_THREAD): on 2 cores either of them otherwise measures the core, not the inspector. The thread's own CPU time
 per step is printed beside it. Each client action runs in a child process through
 the real client (Session / Requester over the CURVE transport), as `mcinspect` would:
 
@@ -49,6 +51,10 @@ REALTIME = shutil.which("chrt") is not None and subprocess.run(["chrt", "-f", "2
 ENGINE_PRIORITY = ["chrt", "-f", "20"] if REALTIME else []
 """The engine side runs real-time where it may: on a shared machine other processes would
 otherwise preempt the scheduler thread for longer than the stalls measured."""
+SCHEDULER_PRIORITY = 30
+"""The scheduler thread's, set once the other threads exist (they keep the process's 20)."""
+SINGLE_OMP_THREAD = os.environ.get("MCINSPECT_BENCH_OMP") != "all"
+"""The scheduler's torch ops on one thread (MCINSPECT_BENCH_OMP=all: torch's default pool)."""
 CLIENT_PRIORITY = ["chrt", "-o", "0"] if REALTIME else []
 """The client, like any other process, does not."""
 
@@ -160,6 +166,13 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     from types import SimpleNamespace
 
     import bench_capture  # installs the CPU patches before sglang is imported
+    import torch
+
+    # sglang's cache ops on the CPU pools here (a GPU engine's run on the device) would use an
+    # OpenMP pool spanning both cores of this machine, and its spin-waits for the core the client
+    # and mcinspect's request thread hold inflated sglang's own work 2-4x (SINGLE_OMP_THREAD).
+    if SINGLE_OMP_THREAD:
+        torch.set_num_threads(1)
 
     from mcinspect_engine_hooks.config import HooksConfig
     from mcinspect_engine_hooks.events import EventSink, hook_points
@@ -228,6 +241,12 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
             in_step["gen"] = max(in_step.get("gen", -1), info["generation"])
 
     gc.callbacks.append(gc_timer)
+    if REALTIME:
+        # Above the process's other threads (mcinspect's request and publisher threads, ZMQ's I/O
+        # thread, all FIFO 20 from `chrt`): FIFO does not share a core among equals, and on 2
+        # cores those threads sending a 100k-node snapshot otherwise preempt the scheduler for
+        # 50 ms (involuntary switches in its worst steps). They still contend for the GIL.
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(SCHEDULER_PRIORITY))
     lock = inspector._lock
     inspector._lock = TimedLock(lock, in_step, main_thread)
     timed(inspector.capture, "step", in_step, "capture")

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_runs import CASES, VERIFY_ENV, assert_fault_caught, record_and_check
+from fault_runs import CASES, DETECTION_STEPS, VERIFY_ENV, assert_fault_caught, record_and_check
 
 from mcinspect_engine_hooks.cpu_engine.faults import FAULTS
 from mcinspect_engine_hooks.cpu_engine.faults.base import LOG_ENV
+from mcinspect_engine_hooks.families import DEFAULT_FAMILY
 
 from engine_runs import free_port_pair, opt_in
 
@@ -191,23 +192,48 @@ MRC_FAULTS = [
     ("0.5.15", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
     ("0.5.15", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
     ("0.5.15", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
-    # no write hooks on these releases (hooks_mrc): the fingerprints see the slot change later
-    ("0.5.15", "decode-write-to-padding", "extra_buffer_lazy", 16, "content-immutable", "off", 20),
-    ("0.5.15", "stray-track-write", "extra_buffer", 1, "content-immutable", "off", 60),
+    # the write hooks (hooks_mrc's write rows) see what the forward ran, at its step
+    ("0.5.15", "unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("0.5.15", "decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("0.5.15", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
+    # the key length moved a page from the tracked state's (MambaRadixCache's two caching calls)
+    ("0.5.15", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
+    ("0.5.15", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
+    ("0.5.15", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),
+    # T2 reads a state when the transformers oracle gets to it: fault_runs' allowance for T2
+    ("0.5.15", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("0.5.15", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     ("0.5.14", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
     ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
     ("0.5.13", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
     ("0.5.13", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
+    ("0.5.13", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),  # its copy-on-write runs in the backend
+    # 0.5.13 hands the decode copy the batch's indices (the fault zeroes those), the same write rows
+    ("0.5.13", "unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("0.5.13", "decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("0.5.13", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
     # 0.5.11-0.5.12: no extra_buffer_lazy and no donation method (double-owner, overwrite-cached have no mechanism)
     ("0.5.12", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.12", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
+    # 0.5.12's chunk checkpoint inserts a fork (a fresh slot, no ping-pong index), so state-depth
+    # holds a state to its planned position only at the first finish donation (step 28, 27 after)
+    ("0.5.12", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 30),
+    ("0.5.12", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
+    ("0.5.12", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("0.5.12", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     ("0.5.11", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.11", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
     # 0.5.10: as 0.5.11, its hooks and the faults' applied by registry.py's stand-in (no HookRegistry)
     ("0.5.10", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.10", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
 ]
-"""Faults whose mechanism these releases have, on each release a few (the whole list on the newest)."""
+"""Faults whose mechanism these releases have, on each release a few (the whole list on the newest).
+Not run here: ghost-node (MambaRadixCache._insert_helper returns (0, mamba_exist=True) for an empty
+key before it touches a node, so cache_finished_req's own empty insert of a request with nothing left
+to cache stamps no root; the fault re-creates 0.5.19-0.5.20's tree core doing so, which these
+releases lack), zero-initial-state and dropped-cow before 0.5.13 (no deferred copy-on-write: a hit's
+state is copied at the match), mixed-track-dropped (0.5.15 has it for real: the test below) and
+tp-desync."""
 OLDEST_MRC = ("0.5.12", "0.5.11", "0.5.10")
 """Selected with four rows missing (no admission groups, no deferred copy-on-write: a hit's
 state is copied at the match, so no T3 and no copy-on-write path count). 0.5.10 has no
@@ -266,35 +292,52 @@ def test_a_fault_is_caught_on_a_mamba_radix_cache_release(
 ) -> None:
     log = tmp_path / "faults.jsonl"
     args = ("--fault", fault, "--strategy", strategy, "--page-size", str(page_size))
-    summary, found = _mrc_demo(tmp_path, *args, verify=verify, release=mrc_release, env={LOG_ENV: str(log)})
+    # T2 rows: every state verified as soon as it can be read (fault_runs' setting for measuring detection)
+    env = {LOG_ENV: str(log), **(VERIFY_ENV if verify != "off" else {})}
+    summary, found = _mrc_demo(tmp_path, *args, verify=verify, release=mrc_release, env=env)
     actions = [json.loads(line) for line in log.read_text().splitlines()]
     assert actions and all(a["step"] is not None for a in actions)
     first = min(a["step"] for a in actions)
     caught = sorted(v["step"] for v in found if v["check"] == check)
-    assert caught, f"{fault} on {mrc_release}: expected {check}, got {sorted({v['check'] for v in found})}"
     verify = summary["stats"]["verify"]
     print(
-        f"{fault} on {mrc_release}: first action at step {first}, {check} at +{caught[0] - first} ({len(caught)} times); T2 {verify['mismatches']} of {verify['verified']} differ"
+        f"{fault} on {mrc_release}: first action at step {first} ({len(actions)} actions), {check} at "
+        f"{f'+{caught[0] - first}' if caught else 'no step'} ({len(caught)} times); T2 {verify['mismatches']} of {verify['verified']} differ"
     )
+    assert caught, f"{fault} on {mrc_release}: expected {check}, got {sorted({v['check'] for v in found})}"
     assert 0 <= caught[0] - first <= latency, (first, caught[:3])
     early = [v for v in found if v["step"] < first and not (v["check"] == "cow-source" and mrc_release in STAGED_COW_KEPT)]
     assert not early, early[:3]  # clean until the fault acted (but for the release's own bug)
+
+
+MRC_TP = ("0.5.15", "0.5.13", "0.5.12")
+"""MambaRadixCache releases whose CPU engine runs two real TP ranks (`demo --tp 2`) with tp-desync:
+0.5.13 reads the rank from the parallel state (no runtime context), 0.5.12's MambaPool allocates."""
+
+
+@opt_in(MATRIX_ENV)
+@pytest.mark.parametrize("mrc_release", MRC_TP)
+def test_tp_desync_is_caught_on_a_mamba_radix_cache_release(mrc_release: str, tmp_path: Path) -> None:
+    """Rank 1's allocator hands out other slots than rank 0's (faults/ranks.py): tp-agree, from
+    both ranks' recordings, at the step it acted."""
+    mcinspect = str(venv_of(mrc_release) / "bin" / "mcinspect")
+    assert_fault_caught(tmp_path, "tp-desync", DEFAULT_FAMILY, "extra_buffer", 16, mcinspect=mcinspect)
 
 
 @opt_in(MATRIX_ENV)
 def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_path: Path) -> None:
     """0.5.15's mix_with_running -> merge_batch drops the prefill rows' track fields (#24613, as
     on 0.5.21-0.5.22 above): the mixed forward never writes the ping-pong slots it donates. No
-    fault injected; without write hooks here, the fingerprints and T2 see it."""
-    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1")
+    fault injected: the write hooks see it at the step (the first mixed one), the fingerprints
+    later. T2 is off: a mixed-chunk run keeps every step busy, and the transformers oracle
+    verified 1 of its 33 queued states before the run ended (0 mismatches: it proves nothing)."""
+    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1", verify="off")
     stats = summary["stats"]
     assert stats["paths"]["mixed batch"] > 0
-    assert stats["verify"]["mismatches"] > 0  # the cached states are wrong
     firsts = {c: min(v["step"] for v in found if v["check"] == c) for c in {v["check"] for v in found}}
-    print(
-        f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches, T2 {stats['verify']['mismatches']} of {stats['verify']['verified']} differ; first steps {firsts}"
-    )
-    assert {"content-immutable", "T2-recompute"} <= {v["check"] for v in found}, found[:3]
+    print(f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches; first steps {firsts}")
+    assert {"write-ran", "content-immutable"} <= set(firsts), found[:3]
+    assert min(firsts.values()) == firsts["write-ran"]  # the metadata check sees it first
 
 
 @opt_in(MATRIX_ENV)

@@ -80,3 +80,29 @@ def test_a_catch_ups_thousands_of_new_owners_settle_a_chunk_a_step() -> None:
         assert step < 200, "some stable slots were never fingerprinted"
     every = torch.tensor(sorted(seen))
     assert list(seen[SlotId(s)] for s in every.tolist()) == fingerprint_slots(list(cache.conv), cache.temporal, every).fingerprint.tolist()
+
+
+def test_a_recheck_hashes_only_moved_bits_and_a_new_owner_gets_a_fingerprint_again() -> None:
+    """Host pools keep the bits each fingerprint came from (content_mirror.py): a recheck skips
+    the unmoved slots, yet sees a change a float compare would miss (0.0 -> -0.0), and a slot
+    that left the tree and came back with the same bits is reported again under its new node."""
+    scheduler = build_cache()
+    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
+    generator = torch.Generator().manual_seed(2)
+    for state in [*cache.conv, cache.temporal]:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    for state in [*cache.conv, cache.temporal]:
+        state[:, 4] = 0.0
+    contents = ContentCapture(scheduler)
+    contents.capture(Step(1), {3: 7, 4: 8})
+    fresh, _ = contents.capture(Step(2), {3: 7, 4: 8})
+    assert set(fresh) == {SlotId(3), SlotId(4)} and fresh[SlotId(4)].zero
+    cache.temporal[:, 4] = -0.0  # other bits, still all zero
+    fresh, _ = contents.capture(Step(4), {3: 7, 4: 8})  # a recheck step
+    expected = fingerprint_slots(list(cache.conv), cache.temporal, torch.tensor([4])).fingerprint.item()
+    assert list(fresh) == [SlotId(4)] and fresh[SlotId(4)].fingerprint == expected and fresh[SlotId(4)].zero
+    fresh, dropped = contents.capture(Step(5), {4: 8})
+    assert fresh == {} and dropped == [SlotId(3)]
+    contents.capture(Step(6), {3: 12, 4: 8})  # node 12 takes slot 3, bits unchanged
+    fresh, _ = contents.capture(Step(7), {3: 12, 4: 8})
+    assert list(fresh) == [SlotId(3)] and fresh[SlotId(3)].step == 7

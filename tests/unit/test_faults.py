@@ -163,7 +163,21 @@ def test_a_missing_target_falls_back_to_the_older_release_one() -> None:
     release_0519, release_0516 = hook.fallback.fallback, hook.fallback.fallback.fallback
     assert release_0519.target.endswith("components.mamba_component.MambaComponent.prepare_for_caching_req")
     assert release_0516.target.endswith("unified_cache_components.mamba_component.MambaComponent.prepare_for_caching_req")
-    assert older.chosen() is release_0516  # neither older module in 0.5.23: the last row stands
+    release_mrc = release_0516.fallback  # 0.5.10-0.5.15: before both of MambaRadixCache's caching calls
+    assert release_mrc.target.endswith("mamba_radix_cache.MambaRadixCache.cache_unfinished_req")
+    assert [also.target.rsplit(".", 1)[1] for also in release_mrc.also] == ["cache_finished_req"]
+    assert older.chosen() is release_mrc  # no older module in 0.5.23: the last row stands
+
+
+def test_a_target_without_its_feature_falls_back() -> None:
+    """0.5.15 ships 0.5.16's MambaComponent module unused: the feature (int8_ckpt_pool) decides."""
+    hook = FAULTS["track-off-by-one"].hooks[0]
+    assert hook.chosen() is hook
+    with_feature = dataclasses.replace(hook, feature=f"{hook.target.rsplit('.', 1)[0]}.int8_ckpt_pool")
+    assert with_feature.chosen() is with_feature  # 0.5.23's MambaComponent has it
+    without = dataclasses.replace(hook, feature="sglang.srt.mem_cache.no_such_module.MambaComponent.int8_ckpt_pool")
+    assert without.chosen() is hook.fallback.chosen()  # the chain's end in 0.5.23: MambaRadixCache's row
+    assert without.chosen().target.endswith("MambaRadixCache.cache_unfinished_req")
 
 
 # ---------------------------------------------------------------- applying a fault in-process

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from types import SimpleNamespace
+
 import pytest
 
 from mcinspect_engine_hooks.config import ConfigError, HooksConfig
@@ -64,6 +67,18 @@ def test_every_rank_gets_its_own_port_pair() -> None:
     assert {config.request_port(p.rank) for p in placements} == set(range(7000, 7016, 2))
     assert {p.world_size for p in placements} == {8}
     assert config.request_port(Placement().rank) == 7000 and Placement().world_size == 1
+
+
+def test_a_scheduler_without_a_runtime_context_is_placed_by_its_own_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5.13 keeps its ranks in `scheduler.ps` (a ParallelState), 0.5.10-0.5.12 on the scheduler
+    itself; neither has a runtime context. Rank 1 must not read as rank 0 (its ports would clash)."""
+    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", None)  # its import fails, as there
+    args = SimpleNamespace(dp_size=1)
+    ps = SimpleNamespace(tp_rank=1, tp_size=2, pp_rank=0, pp_size=1, dp_rank=0, attn_dp_size=1)
+    placed = Placement.of_scheduler(SimpleNamespace(ps=ps, server_args=args))
+    assert (placed.rank, placed.world_size) == (1, 2)
+    own = Placement.of_scheduler(SimpleNamespace(tp_rank=1, tp_size=2, server_args=args))
+    assert (own.rank, own.world_size) == (1, 2)
 
 
 def test_attention_data_parallel_groups_are_numbered_by_tp_rank() -> None:

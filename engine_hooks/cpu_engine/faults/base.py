@@ -23,6 +23,8 @@ MAMBA_COMPONENT_0519 = SRT + "mem_cache.unified_cache.components.mamba_component
 MAMBA_COMPONENT_0516 = SRT + "mem_cache.unified_cache_components.mamba_component.MambaComponent"
 """0.5.16: the class in the package before `unified_cache` (a fallback after 0.5.19's)."""
 REQ_TO_TOKEN_POOL = SRT + "mem_cache.memory_pool.HybridReqToTokenPool"
+MAMBA_RADIX_CACHE = SRT + "mem_cache.mamba_radix_cache.MambaRadixCache"
+"""0.5.10-0.5.15: the cache that caches a request's state itself (no MambaComponent)."""
 TRACK_PLAN = SRT + "layers.attention.mamba.prefill_track_metadata.build_prefill_track_plan"
 MAMBA2_METADATA = SRT + "layers.attention.mamba.mamba2_metadata.Mamba2Metadata"
 
@@ -67,17 +69,27 @@ class Hook:
     fallback: Hook | None = None
     """Stands in where this sglang lacks `target` (an older release's method or module, chosen
     by feature detection when the hooks are applied: `chosen`)."""
+    also: tuple[Hook, ...] = ()
+    """Registered with this hook wherever it is the chosen one: a release that splits the one call
+    the newer target stands for over two methods (MambaRadixCache's cache_unfinished_req and
+    cache_finished_req for MambaComponent's per-request caching)."""
+
+    feature: str = ""
+    """A second target that must exist too for this hook to be chosen over its fallback: 0.5.15
+    ships 0.5.16's MambaComponent module unused (it builds a MambaRadixCache); 0.5.16's
+    `int8_ckpt_pool` tells them apart, as `generations` does."""
 
     def chosen(self) -> Hook:
-        """This hook, or the first of its fallbacks whose target exists in the installed sglang."""
-        if self.fallback is None or _exists(self.target):
+        """This hook, or the first of its fallbacks whose target (and feature) exists in the installed sglang."""
+        if self.fallback is None or (_exists(self.target) and (not self.feature or _exists(self.feature))):
             return self
         return self.fallback.chosen()
 
 
-def component_hook(method: str, kind: HookKind, fn: Callable[..., Any]) -> Hook:
-    """A hook on `MambaComponent.method`, falling back to the class's 0.5.19 module, then 0.5.16's."""
-    oldest = Hook(f"{MAMBA_COMPONENT_0516}.{method}", kind, fn)
+def component_hook(method: str, kind: HookKind, fn: Callable[..., Any], mrc: Hook | None = None) -> Hook:
+    """A hook on `MambaComponent.method`, falling back to the class's 0.5.19 module, then 0.5.16's,
+    then `mrc` (the MambaRadixCache releases' method, where the fault re-creates it there)."""
+    oldest = Hook(f"{MAMBA_COMPONENT_0516}.{method}", kind, fn, fallback=mrc, feature=f"{MAMBA_COMPONENT_0516}.int8_ckpt_pool")
     return Hook(f"{MAMBA_COMPONENT}.{method}", kind, fn, fallback=Hook(f"{MAMBA_COMPONENT_0519}.{method}", kind, fn, fallback=oldest))
 
 
@@ -152,7 +164,8 @@ class Fault:
 
         def register(hooks: tuple[Hook, ...]) -> None:
             for hook in hooks:
-                HookRegistry.register(hook.target, hook.fn, HookType(hook.kind))
+                for one in (hook, *hook.also):
+                    HookRegistry.register(one.target, one.fn, HookType(one.kind))
 
         register(tuple(hook for hook in self.hooks if hook.fallback is None))
         probed = tuple(hook for hook in self.hooks if hook.fallback is not None)

@@ -13,6 +13,7 @@ names match the sglang method they wrap, since sglang passes some arguments by k
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from .base import (
     EXTRA_BUFFER_STRATEGIES,
     GDN_BACKEND,
     MAMBA2_METADATA,
+    MAMBA_RADIX_CACHE,
     REAL_37836,
     RECOMPUTE_CHECK,
     Fault,
@@ -99,6 +101,43 @@ def log_blank_descendant_cached(component: Any, req: Any, is_finished: bool, ins
         _blank_started.discard(req.rid)
 
 
+def log_blank_descendant_checkpointed(original: Callable[..., Any], cache: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+    """Around `MambaRadixCache.cache_unfinished_req` (0.5.10-0.5.15: no MambaComponent)."""
+    return _log_blank_descendant_inserted(original, cache, req, args, kwargs, finishing=False)
+
+
+def log_blank_descendant_finished(original: Callable[..., Any], cache: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+    """Around `MambaRadixCache.cache_finished_req` (0.5.10-0.5.15)."""
+    return _log_blank_descendant_inserted(original, cache, req, args, kwargs, finishing=True)
+
+
+def _log_blank_descendant_inserted(
+    original: Callable[..., Any], cache: Any, req: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, finishing: bool
+) -> Any:
+    """log_blank_descendant_cached on MambaRadixCache: the state the caching call inserts for a
+    request that ran from a blank state (its `insert` names no request: it is seen through an
+    instance attribute for the length of the call)."""
+    if req.rid not in _blank_started:
+        return original(cache, req, *args, **kwargs)
+    inserted: list[Any] = []
+
+    def insert(params: Any) -> Any:
+        result = type(cache).insert(cache, params)
+        if params.mamba_value is not None and not result.mamba_exist:
+            inserted.append(params.mamba_value)
+        return result
+
+    cache.insert = insert
+    try:
+        return original(cache, req, *args, **kwargs)
+    finally:
+        del cache.insert
+        for value in inserted:
+            log_faulty_action("zero-initial-state", slot=int(value.view(-1)[0]), rid=req.rid)
+        if finishing:
+            _blank_started.discard(req.rid)
+
+
 def _remember(forward_batch: Any, rows: list[int]) -> None:
     rids = getattr(forward_batch, "rids", None) or []
     _blank_started.update(rids[row] for row in rows if row < len(rids))
@@ -121,7 +160,17 @@ ZERO_INITIAL_STATE = Fault(
     hooks=(
         Hook(f"{MAMBA2_METADATA}.prepare_mixed", "after", gate_initial_states_by_track_mask),
         Hook(f"{GDN_BACKEND}.forward_extend", "before", start_short_suffixes_blank),
-        component_hook("cleanup_after_caching_req", "before", log_blank_descendant_cached),
+        component_hook(
+            "cleanup_after_caching_req",
+            "before",
+            log_blank_descendant_cached,
+            mrc=Hook(
+                f"{MAMBA_RADIX_CACHE}.cache_unfinished_req",
+                "around",
+                log_blank_descendant_checkpointed,
+                also=(Hook(f"{MAMBA_RADIX_CACHE}.cache_finished_req", "around", log_blank_descendant_finished),),
+            ),
+        ),
     ),
     trigger="a multi-turn or branch request whose cached prefix is followed by fewer new tokens than "
     "reach the next checkpoint, and which then crosses a checkpoint while decoding (or caches at finish)",

@@ -20,6 +20,7 @@ from .base import (
     HYBRID_BACKEND_MODULE,
     MAMBA2_BACKEND,
     MAMBA_COMPONENT,
+    MAMBA_RADIX_CACHE,
     REAL_37836,
     RECOMPUTE_CHECK,
     TRACK_PLAN,
@@ -78,9 +79,13 @@ def gather_chunk_states_on_the_wrong_grid_at_init(
 ) -> Any:
     """After `MambaAttnBackendBase._init_track_ssm_indices` (0.5.20: the track plan is not its
     own function yet): the same wrong grid, on the index tuple it returns."""
-    if len(indices) != 9:  # 0.5.19's four: its Mamba2 grid is the pre-#37836 one for real (Fault.real_on)
-        return None
     from sglang.srt.layers.attention.hybrid_linear_attn_backend import Mamba2AttnBackend
+
+    if len(indices) == 4:  # 0.5.10-0.5.19: (h_src, h_dst, final_src, final_dst)
+        # Mamba2's grid there is the pre-#37836 one for real (0.5.16-0.5.19: Fault.real_on)
+        return None if isinstance(backend, Mamba2AttnBackend) else _gdn_on_the_mamba2_grid(indices, forward_batch)
+    if len(indices) != 9:
+        return None
 
     chunk_idx, h_src, h_dst, rows, final_src, final_dst, seq_idx, end_locs, recompute_dst = indices
     unaligned = rows.tolist()
@@ -96,6 +101,27 @@ def gather_chunk_states_on_the_wrong_grid_at_init(
     # every unaligned row read from `h` (none recomputed), into its own track slot
     dst = forward_batch.mamba_track_indices[rows.to(forward_batch.mamba_track_indices.device)].to(h_dst)
     return (chunk_idx, src, dst, rows, final_src, final_dst, seq_idx[:0], end_locs[:0], recompute_dst[:0])
+
+
+def _gdn_on_the_mamba2_grid(indices: tuple[Any, ...], forward_batch: Any) -> Any:
+    """The gated delta net's 4-tuple plan (0.5.10-0.5.19) with its `h` rows read on Mamba2's flat
+    grid: request i's chunk states start at sum_{j<i} ceil(len_j / chunk) there (the backend's own
+    offsets), the fault reads row floor((start_i + aligned_i) / chunk)."""
+    from sglang.srt.layers.attention import hybrid_linear_attn_backend
+    from sglang.srt.server_args import get_global_server_args
+
+    h_src, h_dst, final_src, final_dst = indices
+    if h_src.numel() == 0:
+        return None
+    # 0.5.10-0.5.12 chunk by the module's FLA_CHUNK_SIZE; later releases by mamba_cache_chunk_size
+    chunk = getattr(hybrid_linear_attn_backend, "FLA_CHUNK_SIZE", None) or get_global_server_args().mamba_cache_chunk_size
+    mask = forward_batch.mamba_track_mask.cpu()
+    lens = (forward_batch.mamba_track_seqlens.cpu() - forward_batch.extend_prefix_lens.cpu()).tolist()
+    rows = [row for row in mask.nonzero().flatten().tolist() if lens[row] % chunk]  # the backend's unaligned rows, in order
+    plan = SimpleNamespace(unaligned_rows=rows, chunk_indices=[n // chunk for n in lens])
+    plan.h_rows, plan.h_src = rows, h_src.tolist()
+    gather_chunk_states_on_the_wrong_grid(plan, [], [], forward_batch.extend_seq_lens.cpu().tolist(), [], chunk, mamba2=False)
+    return (torch.tensor(plan.h_src, dtype=h_src.dtype, device=h_src.device), h_dst, final_src, final_dst)
 
 
 def skip_track_write(*args: Any, **kwargs: Any) -> None:
@@ -132,6 +158,64 @@ def prepare_one_page_short(cache_len: int | None, component: Any, *args: Any, **
     """After `MambaComponent.prepare_for_caching_req` where the release has no `floor_cache_len`
     (0.5.19, 0.5.20): the same floor, on the length the component prepared its value for."""
     return None if cache_len is None else floor_one_page_short(component, cache_len)
+
+
+def _move_tracked_seqlen(fault: str, cache: Any, req: Any, pages: int, cached_len: int) -> None:
+    """MambaRadixCache (0.5.10-0.5.15) under extra_buffer: cache_unfinished_req and
+    cache_finished_req take the key length straight from `req.mamba_last_track_seqlen` (no
+    MambaComponent step to patch), so the fault moves that length by `pages` pages just before
+    the cache reads it; the donated slot keeps the state it holds. Only where the key stays within
+    the `cached_len` tokens the call caches and keeps at least a page (the cache's own asserts)."""
+    seqlen = req.mamba_last_track_seqlen
+    if not cache.enable_mamba_extra_buffer or not seqlen:
+        return
+    moved = seqlen + pages * cache.page_size
+    if cache.page_size <= moved <= cached_len:
+        req.mamba_last_track_seqlen = moved
+        log_faulty_action(fault, rid=req.rid)
+
+
+def _committed_len(req: Any) -> int:
+    """The tokens cache_finished_req caches: its `(origin_input_ids + output_ids)[:kv_committed_len]`."""
+    return min(req.kv_committed_len, len(req.origin_input_ids) + len(req.output_ids))
+
+
+def _fill_len(req: Any) -> int:
+    """The tokens cache_unfinished_req caches from: its fill ids (0.5.12: the `fill_ids` field)."""
+    return len(req.get_fill_ids() if hasattr(req, "get_fill_ids") else req.fill_ids)
+
+
+def credit_one_page_late_at_checkpoint(cache: Any, req: Any, chunked: bool = False) -> None:
+    """Before `MambaRadixCache.cache_unfinished_req`: track-off-by-one's late credit there."""
+    _move_tracked_seqlen("track-off-by-one", cache, req, 1, _fill_len(req))
+
+
+def credit_one_page_late_at_finish(cache: Any, req: Any, is_insert: bool = True) -> None:
+    """Before `MambaRadixCache.cache_finished_req`: track-off-by-one's late credit there."""
+    if is_insert:
+        _move_tracked_seqlen("track-off-by-one", cache, req, 1, _committed_len(req))
+
+
+def floor_one_page_short_at_checkpoint(cache: Any, req: Any, chunked: bool = False) -> None:
+    """Before `MambaRadixCache.cache_unfinished_req`: depth-mismatch's floor there (the key
+    ends a page before the state the donated slot holds; the cache frees the tail's KV itself)."""
+    _move_tracked_seqlen("depth-mismatch", cache, req, -1, _fill_len(req))
+
+
+def floor_one_page_short_at_finish(cache: Any, req: Any, is_insert: bool = True) -> None:
+    """Before `MambaRadixCache.cache_finished_req`: depth-mismatch's floor there."""
+    if is_insert:
+        _move_tracked_seqlen("depth-mismatch", cache, req, -1, _committed_len(req))
+
+
+def mrc_caching_hook(at_checkpoint: Any, at_finish: Any) -> Hook:
+    """Before MambaRadixCache's two caching calls (the one MambaComponent step they stand for)."""
+    return Hook(
+        f"{MAMBA_RADIX_CACHE}.cache_unfinished_req",
+        "before",
+        at_checkpoint,
+        also=(Hook(f"{MAMBA_RADIX_CACHE}.cache_finished_req", "before", at_finish),),
+    )
 
 
 def floor_one_page_short(component: Any, cache_len: int) -> int:
@@ -206,7 +290,14 @@ TRACK_OFF_BY_ONE = Fault(
     ),
     expected_checks=("state-depth", RECOMPUTE_CHECK),
     strategies=EXTRA_BUFFER_STRATEGIES,
-    hooks=(component_hook("prepare_for_caching_req", "before", credit_one_page_late),),
+    hooks=(
+        component_hook(
+            "prepare_for_caching_req",
+            "before",
+            credit_one_page_late,
+            mrc=mrc_caching_hook(credit_one_page_late_at_checkpoint, credit_one_page_late_at_finish),
+        ),
+    ),  # fmt: skip
     trigger="a donation with at least a page of tokens past the tracked state (shorter keys cap the "
     "credit and floor it back): the last chunk of each chunked prompt, prompts of 80+ fresh tokens",
 )
@@ -226,10 +317,17 @@ DEPTH_MISMATCH = Fault(
             f"{MAMBA_COMPONENT}.floor_cache_len",
             "replace",
             floor_one_page_short,
-            fallback=component_hook("prepare_for_caching_req", "after", prepare_one_page_short),
+            fallback=component_hook(
+                "prepare_for_caching_req",
+                "after",
+                prepare_one_page_short,
+                mrc=mrc_caching_hook(floor_one_page_short_at_checkpoint, floor_one_page_short_at_finish),
+            ),
         ),
     ),  # fmt: skip
-    trigger="every insert of a mamba state (under no_buffer only a recompute can tell: states carry no planned position)",
+    trigger="every insert of a mamba state (under no_buffer only a recompute can tell: states carry no planned position); "
+    "MambaRadixCache (0.5.10-0.5.15): extra_buffer only (its no_buffer key is the request's whole length, "
+    "computed inside cache_finished_req beside the KV it frees)",
 )
 
 FAULTS: tuple[Fault, ...] = (WRONG_CHUNK_STATE, UNWRITTEN_SLOT, TRACK_OFF_BY_ONE, DEPTH_MISMATCH)

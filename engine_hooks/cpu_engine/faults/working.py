@@ -24,9 +24,12 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
     """Whether no state the request computes from here on can be donated to the tree: its
     extend is shorter than the prefill checkpoint grid and its decode crosses no track boundary
     (the grids extra_buffer tracks on)."""
-    from sglang.srt import runtime_context
     from sglang.srt.server_args import get_global_server_args
 
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # 0.5.13: no runtime_context module; the rules are the ServerArgs fields
+        runtime_context = None
     extend_len, extend_end = _extend(req)
     checkpoint_grid = getattr(runtime_context, "mamba_checkpoint_grid", None)
     # 0.5.17: a prefill checkpoints from one mamba_cache_chunk_size on (its ServerArgs property, the page folded in)
@@ -40,10 +43,13 @@ def _caches_nothing(req: Any, page_size: int) -> bool:
 
 
 def _extend(req: Any) -> tuple[int, int]:
-    """(extend length, extend end) of the request's current extend (0.5.21: its `extend_range`)."""
+    """(extend length, extend end) of the request's current extend (0.5.21: its `extend_range`;
+    0.5.13-0.5.14: `extend_input_len` past the prefix)."""
     if hasattr(req, "extend_range"):
         return req.extend_range.length, req.extend_range.end
-    return req.extend_len, req.extend_end
+    if hasattr(req, "extend_len"):
+        return req.extend_len, req.extend_end
+    return req.extend_input_len, prefix_len_of(req) + req.extend_input_len  # 0.5.13-0.5.14: after the cached prefix
 
 
 def drop_copy_on_write(original: Callable[..., Any], batch: Any, reqs: Any) -> Any:

@@ -48,11 +48,13 @@ def bind_the_padding_tail(metadata: Any, backend: Any, forward_batch: Any, *args
     this batch (#32555: `[-num_decodes:]` of the graph buffer instead of `[:bs]`). The copy writes
     the padding slot 0; the planned slot keeps its old content and is donated."""
     tracked = getattr(forward_batch, "mamba_track_mask", None)
-    if not forward_batch.forward_mode.is_decode() or tracked is None or metadata.mamba_track_indices is None:
+    # 0.5.10-0.5.14 hand the copy the batch's own indices (their metadata has no mamba_track_indices)
+    handed = metadata if hasattr(metadata, "mamba_track_indices") else forward_batch
+    if not forward_batch.forward_mode.is_decode() or tracked is None or handed.mamba_track_indices is None:
         return metadata
     if bool(tracked.any()):
         log_faulty_action("decode-write-to-padding")
-        metadata.mamba_track_indices = torch.zeros_like(metadata.mamba_track_indices)
+        handed.mamba_track_indices = torch.zeros_like(handed.mamba_track_indices)
     return metadata
 
 
