@@ -205,6 +205,18 @@ MRC_FAULTS = [
     ("0.5.15", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     ("0.5.14", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
     ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
+    ("0.5.14", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
+    ("0.5.14", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
+    ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("0.5.14", "decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("0.5.14", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
+    ("0.5.14", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
+    ("0.5.14", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
+    ("0.5.14", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),
+    ("0.5.14", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    # zero-initial-state is caught here too (T2-recompute +0 at its first logged insert, step 28),
+    # but on 0.5.13-0.5.14 T2-working-state flags a working state before that step, and the fault
+    # logs a request only when its wrong state enters the tree: not shown to be the fault's own
     ("0.5.13", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
     ("0.5.13", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
     ("0.5.13", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),  # its copy-on-write runs in the backend
@@ -212,6 +224,10 @@ MRC_FAULTS = [
     ("0.5.13", "unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
     ("0.5.13", "decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
     ("0.5.13", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
+    ("0.5.13", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
+    ("0.5.13", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
+    ("0.5.13", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
+    ("0.5.13", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     # 0.5.11-0.5.12: no extra_buffer_lazy and no donation method (double-owner, overwrite-cached have no mechanism)
     ("0.5.12", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.12", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
@@ -221,11 +237,29 @@ MRC_FAULTS = [
     ("0.5.12", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
     ("0.5.12", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     ("0.5.12", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    # a skipped prefill track write shows at the first finish donation too (the fork, above): +27
+    ("0.5.12", "unwritten-slot", "extra_buffer", 16, "write-ran", "off", 30),
+    ("0.5.12", "decode-write-to-padding", "extra_buffer", 16, "write-ran", "off", 0),
+    ("0.5.12", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
     ("0.5.11", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.11", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
+    ("0.5.11", "unwritten-slot", "extra_buffer", 16, "write-ran", "off", 30),
+    ("0.5.11", "decode-write-to-padding", "extra_buffer", 16, "write-ran", "off", 0),
+    ("0.5.11", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
+    ("0.5.11", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 30),
+    ("0.5.11", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
+    ("0.5.11", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("0.5.11", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     # 0.5.10: as 0.5.11, its hooks and the faults' applied by registry.py's stand-in (no HookRegistry)
     ("0.5.10", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
     ("0.5.10", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
+    ("0.5.10", "unwritten-slot", "extra_buffer", 16, "write-ran", "off", 30),
+    ("0.5.10", "decode-write-to-padding", "extra_buffer", 16, "write-ran", "off", 0),
+    ("0.5.10", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
+    ("0.5.10", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 30),
+    ("0.5.10", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
+    ("0.5.10", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("0.5.10", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
 ]
 """Faults whose mechanism these releases have, on each release a few (the whole list on the newest).
 Not run here: ghost-node (MambaRadixCache._insert_helper returns (0, mamba_exist=True) for an empty
