@@ -344,7 +344,7 @@ def test_a_fault_is_caught_on_a_mamba_radix_cache_release(
     assert not early, early[:3]  # clean until the fault acted (but for the release's own bug)
 
 
-MRC_TP = ("0.5.15", "0.5.13", "0.5.12")
+MRC_TP = ("0.5.15", "0.5.14", "0.5.13", "0.5.12", "0.5.11", "0.5.10")
 """MambaRadixCache releases whose CPU engine runs two real TP ranks (`demo --tp 2`) with tp-desync:
 0.5.13 reads the rank from the parallel state (no runtime context), 0.5.12's MambaPool allocates."""
 
@@ -363,14 +363,18 @@ def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_p
     """0.5.15's mix_with_running -> merge_batch drops the prefill rows' track fields (#24613, as
     on 0.5.21-0.5.22 above): the mixed forward never writes the ping-pong slots it donates. No
     fault injected: the write hooks see it at the step (the first mixed one), the fingerprints
-    later. T2 is off: a mixed-chunk run keeps every step busy, and the transformers oracle
-    verified 1 of its 33 queued states before the run ended (0 mismatches: it proves nothing)."""
-    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1", verify="off")
+    later, and T2 (the engine oracle, every state verified as soon as it can be read: the
+    transformers oracle verified 1 of 33 queued states in a mixed run) that the cached states are wrong."""
+    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1", verify="engine", env=VERIFY_ENV)
     stats = summary["stats"]
     assert stats["paths"]["mixed batch"] > 0
     firsts = {c: min(v["step"] for v in found if v["check"] == c) for c in {v["check"] for v in found}}
-    print(f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches; first steps {firsts}")
-    assert {"write-ran", "content-immutable"} <= set(firsts), found[:3]
+    print(
+        f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches; first steps {firsts}; "
+        f"T2 {stats['verify']['mismatches']} mismatches in {stats['verify']['verified']} cached states"
+    )
+    assert stats["verify"]["mismatches"] > 0
+    assert {"write-ran", "content-immutable", "T2-recompute"} <= set(firsts), found[:3]
     assert min(firsts.values()) == firsts["write-ran"]  # the metadata check sees it first
 
 
