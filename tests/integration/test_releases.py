@@ -365,24 +365,34 @@ def test_tp_desync_is_caught_on_a_mamba_radix_cache_release(mrc_release: str, tm
     assert_fault_caught(tmp_path, "tp-desync", DEFAULT_FAMILY, "extra_buffer", 16, mcinspect=mcinspect)
 
 
+MRC_ORACLE = ("0.5.15", "0.5.13")
+"""MambaRadixCache releases where the engine oracle has been shown to run (the others' T2 runs on
+transformers)."""
+
+
 @opt_in(MATRIX_ENV)
-def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(tmp_path: Path) -> None:
-    """0.5.15's mix_with_running -> merge_batch drops the prefill rows' track fields (#24613, as
-    on 0.5.21-0.5.22 above): the mixed forward never writes the ping-pong slots it donates. No
-    fault injected: the write hooks see it at the step (the first mixed one), the fingerprints
-    later, and T2 (the engine oracle, every state verified as soon as it can be read: the
-    transformers oracle verified 1 of 33 queued states in a mixed run) that the cached states are wrong."""
-    summary, found = _mrc_demo(tmp_path, "--mixed-chunk", "--page-size", "1", verify="engine", env=VERIFY_ENV)
+@pytest.mark.parametrize("mrc_release", MRC_RELEASES + OLDEST_MRC)
+def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(mrc_release: str, tmp_path: Path) -> None:
+    """Every MambaRadixCache release's mix_with_running -> merge_batch drops the prefill rows'
+    track fields (#24613, as on 0.5.21-0.5.22 above; each wheel's `merge_batch` sets them to
+    None): the mixed forward never writes the ping-pong slots it donates. No fault injected: the
+    write hooks see it at the step (the first mixed one), the fingerprints later, and T2 (the
+    engine oracle, every state verified as soon as it can be read: the transformers oracle
+    verified 1 of 33 queued states in a mixed run) that the cached states are wrong."""
+    oracle = mrc_release in MRC_ORACLE
+    args = ("--mixed-chunk", "--page-size", "1")
+    summary, found = _mrc_demo(tmp_path, *args, verify="engine" if oracle else "off", release=mrc_release, env=VERIFY_ENV)
     stats = summary["stats"]
     assert stats["paths"]["mixed batch"] > 0
     firsts = {c: min(v["step"] for v in found if v["check"] == c) for c in {v["check"] for v in found}}
     print(
-        f"mixed chunk on {MRC_RELEASE}: {stats['paths']['mixed batch']} mixed batches; first steps {firsts}; "
+        f"mixed chunk on {mrc_release}: {stats['paths']['mixed batch']} mixed batches; first steps {firsts}; "
         f"T2 {stats['verify']['mismatches']} mismatches in {stats['verify']['verified']} cached states"
     )
-    assert stats["verify"]["mismatches"] > 0
-    assert {"write-ran", "content-immutable", "T2-recompute"} <= set(firsts), found[:3]
+    assert {"write-ran", "content-immutable"} <= set(firsts), found[:3]
     assert min(firsts.values()) == firsts["write-ran"]  # the metadata check sees it first
+    if oracle:
+        assert stats["verify"]["mismatches"] > 0 and "T2-recompute" in firsts
 
 
 @opt_in(MATRIX_ENV)
