@@ -389,8 +389,14 @@ def test_the_real_mixed_chunk_bug_of_a_mamba_radix_cache_release_is_caught(mrc_r
         f"mixed chunk on {mrc_release}: {stats['paths']['mixed batch']} mixed batches; first steps {firsts}; "
         f"T2 {stats['verify']['mismatches']} mismatches in {stats['verify']['verified']} cached states"
     )
-    assert {"write-ran", "content-immutable"} <= set(firsts), found[:3]
-    assert min(firsts.values()) == firsts["write-ran"]  # the metadata check sees it first
+    if mrc_release in OLDEST_MRC:
+        # a chunk checkpoint inserts a fork of the kept entry (no donated track slot): write-ran
+        # judges no forked state (as state-depth waits for a finish donation there); the
+        # fingerprints see the never-written copy ("all zeros") within 3 steps
+        assert firsts and min(firsts.values()) == firsts.get("content-immutable") <= 3, found[:3]
+    else:
+        assert {"write-ran", "content-immutable"} <= set(firsts), found[:3]
+        assert min(firsts.values()) == firsts["write-ran"]  # the metadata check sees it first
     if oracle:
         assert stats["verify"]["mismatches"] > 0 and "T2-recompute" in firsts
 
