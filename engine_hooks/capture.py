@@ -156,10 +156,10 @@ class Capture:
         core shows every node, so `_tree_slots` is the whole truth there.)"""
         self._req_claims: dict[SlotId, list[SlotClaim]] = {}
         self._free = np.zeros(0, dtype=bool)
-        self._free_source: tuple[Any, int] | None = None
-        """The free list `_free` was read from and its version (`_read_free`)."""
         """The allocator's free slots as of the last capture, as a bitmap (index: slot id): one
         vectorised compare finds what moved, where sets of a 100k-slot pool took ms a step."""
+        self._free_source: tuple[Any, int] | None = None
+        """The free list `_free` was read from and its version (`_read_free`)."""
         self._admission: set[int] = set()
         self._arena: dict[int, Any] | None = None
         self._max_node_id = -1
