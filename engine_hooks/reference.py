@@ -34,6 +34,7 @@ keeps the inspector's own hooks from recording the run's allocations as engine e
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import time
@@ -198,10 +199,7 @@ class ReferencePrefill:
 
         runner = self.scheduler.tp_worker.model_runner
         resolve_forward_inputs(batch, self.scheduler.future_map)
-        if "return_hidden_states_before_norm" in inspect.signature(ForwardBatch.init_new).parameters:
-            forward_batch = ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
-        else:  # the MambaRadixCache releases read it from the batch (its default: False)
-            forward_batch = ForwardBatch.init_new(batch, runner)
+        forward_batch = ForwardBatch.init_new(batch, runner, **_init_new_options(ForwardBatch.init_new))
         with torch.inference_mode():
             runner.forward(forward_batch)
 
@@ -255,6 +253,14 @@ def _all_free_pages(allocator: Any, saved: dict[str, Any]) -> torch.Tensor:
     return torch.cat(
         [t for name in ("free_pages", "release_pages", "staged_pages") if name in saved for t in _tensors(getattr(allocator, name))]
     )
+
+
+@functools.cache
+def _init_new_options(init_new: Callable[..., Any]) -> dict[str, bool]:
+    """`ForwardBatch.init_new`'s keyword for hidden states before the norm, where it takes one (the
+    MambaRadixCache releases read it from the batch, whose default is False); probed once."""
+    takes = "return_hidden_states_before_norm" in inspect.signature(init_new).parameters
+    return {"return_hidden_states_before_norm": False} if takes else {}
 
 
 def _copy(value: Any) -> Any:
