@@ -186,6 +186,28 @@ STAGED_COW_KEPT = ("0.5.13", "0.5.14")
 it (it stays queued, its source node unlocked, until it is admitted): check cow-source names it
 once in the demo. 0.5.15 clears it (scheduler.py, `_get_new_batch_prefill_raw`: "init_next_round_input()
 may stage deferred Mamba COW/clear metadata before add_one_req() rejects the request")."""
+OLDEST_MRC = ("0.5.12", "0.5.11", "0.5.10")
+"""Selected with four rows missing (no admission groups, no deferred copy-on-write: a hit's
+state is copied at the match, so no T3 and no copy-on-write path count). 0.5.10 has no
+`sglang.srt.plugins`: its hooks are applied at import (engine_hooks/registry.py)."""
+FORK_RELEASE_FAULTS = [
+    # fault, strategy, page size, check, --verify, steps it may take. No extra_buffer_lazy and no
+    # donation method (double-owner, overwrite-cached have no mechanism), no deferred copy-on-write
+    # (dropped-cow neither).
+    ("leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
+    ("unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
+    # a chunk checkpoint inserts a fork (a fresh slot, no ping-pong index), so state-depth and
+    # write-ran hold a state to its plan only at the first finish donation (step 28, 27 after)
+    ("unwritten-slot", "extra_buffer", 16, "write-ran", "off", 30),
+    ("track-off-by-one", "extra_buffer", 1, "state-depth", "off", 30),
+    ("depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
+    ("decode-write-to-padding", "extra_buffer", 16, "write-ran", "off", 0),
+    ("stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
+    ("wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+]
+"""The fault rows of each of OLDEST_MRC (0.5.10: its hooks and the faults' applied by registry.py's
+stand-in, no HookRegistry)."""
 MRC_FAULTS = [
     # release, fault, strategy, page size, the check that catches it, --verify, steps it may take
     ("0.5.15", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
@@ -227,38 +249,8 @@ MRC_FAULTS = [
     ("0.5.13", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
     ("0.5.13", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     ("0.5.13", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    # 0.5.11-0.5.12: no extra_buffer_lazy and no donation method (double-owner, overwrite-cached have no mechanism)
-    ("0.5.12", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
-    ("0.5.12", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
-    # 0.5.12's chunk checkpoint inserts a fork (a fresh slot, no ping-pong index), so state-depth
-    # holds a state to its planned position only at the first finish donation (step 28, 27 after)
-    ("0.5.12", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 30),
-    ("0.5.12", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
-    ("0.5.12", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.12", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    # a skipped prefill track write shows at the first finish donation too (the fork, above): +27
-    ("0.5.12", "unwritten-slot", "extra_buffer", 16, "write-ran", "off", 30),
-    ("0.5.12", "decode-write-to-padding", "extra_buffer", 16, "write-ran", "off", 0),
-    ("0.5.12", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
-    ("0.5.11", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
-    ("0.5.11", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
-    ("0.5.11", "unwritten-slot", "extra_buffer", 16, "write-ran", "off", 30),
-    ("0.5.11", "decode-write-to-padding", "extra_buffer", 16, "write-ran", "off", 0),
-    ("0.5.11", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
-    ("0.5.11", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 30),
-    ("0.5.11", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
-    ("0.5.11", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.11", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    # 0.5.10: as 0.5.11, its hooks and the faults' applied by registry.py's stand-in (no HookRegistry)
-    ("0.5.10", "leak-slot", "extra_buffer", 16, "slot-partition", "off", 0),
-    ("0.5.10", "unwritten-slot", "extra_buffer", 16, "T2-recompute", "transformers", 0),
-    ("0.5.10", "unwritten-slot", "extra_buffer", 16, "write-ran", "off", 30),
-    ("0.5.10", "decode-write-to-padding", "extra_buffer", 16, "write-ran", "off", 0),
-    ("0.5.10", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
-    ("0.5.10", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 30),
-    ("0.5.10", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 30),
-    ("0.5.10", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.10", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    # 0.5.10-0.5.12 (OLDEST_MRC): each the same rows (FORK_RELEASE_FAULTS)
+    *((release, *row) for release in OLDEST_MRC for row in FORK_RELEASE_FAULTS),
 ]
 """Faults whose mechanism these releases have, on each release a few (the whole list on the newest).
 Not run here: ghost-node (MambaRadixCache._insert_helper returns (0, mamba_exist=True) for an empty
@@ -267,10 +259,6 @@ to cache stamps no root; the fault re-creates 0.5.19-0.5.20's tree core doing so
 releases lack), zero-initial-state and dropped-cow before 0.5.13 (no deferred copy-on-write: a hit's
 state is copied at the match), mixed-track-dropped (0.5.15 has it for real: the test below) and
 tp-desync."""
-OLDEST_MRC = ("0.5.12", "0.5.11", "0.5.10")
-"""Selected with four rows missing (no admission groups, no deferred copy-on-write: a hit's
-state is copied at the match, so no T3 and no copy-on-write path count). 0.5.10 has no
-`sglang.srt.plugins`: its hooks are applied at import (engine_hooks/registry.py)."""
 OLDEST_MRC_SKIPPED = 4
 
 
