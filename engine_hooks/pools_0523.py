@@ -305,30 +305,41 @@ class KvReader:
     """The KV allocator's free list as runs, re-read only when the allocator changed it.
 
     sglang's allocators never edit `free_pages` in place: every alloc and free binds a new
-    tensor (slice or cat), so holding the last one and comparing identity detects a change.
+    tensor (slice or cat). A decode step binds one even when it takes no page (`free_pages[0:]`,
+    every step of a paged allocator): a view of the same memory, of the same length, holds the
+    same pages. So the list is unchanged while its memory and length are those last read; the
+    last one is held, so that memory cannot be another list's.
     """
 
     def __init__(self, allocator: Any) -> None:
         self.allocator = allocator
         self._seen: tuple[Any, ...] | None = None
+        self._held: tuple[Any, ...] = ()
 
     def _fingerprint(self) -> tuple[Any, ...]:
         a = self.allocator
-        return (getattr(a, "free_pages", None), getattr(a, "release_pages", None), getattr(a, "num_staged_pages", None))
+        free, released = getattr(a, "free_pages", None), getattr(a, "release_pages", None)
+        return (*_where(free), *_where(released), getattr(a, "num_staged_pages", None))
 
     def changed(self) -> bool:
         """False only when the free list is provably the one last read."""
-        seen, now = self._seen, self._fingerprint()
-        if seen is None or now[0] is None:
-            return True
-        return seen[0] is not now[0] or seen[1] is not now[1] or seen[2] != now[2]
+        seen = self._seen
+        return seen is None or seen[0] is None or seen != self._fingerprint()
 
     def read(self) -> KvState:
-        """The allocator now (keeps a reference to its free list for `changed`)."""
-        self._seen = self._fingerprint()
+        """The allocator now (keeps a reference to its free lists for `changed`)."""
         a = self.allocator
+        self._seen = self._fingerprint()
+        self._held = (getattr(a, "free_pages", None), getattr(a, "release_pages", None))
         free = a.get_all_free_pages() if hasattr(a, "get_all_free_pages") else _free_and_released(a)
         return KvState(page_size=int(a.page_size), size=int(a.size), free_runs=free_token_runs(free, int(a.page_size)))
+
+
+def _where(pages: Any) -> tuple[int | None, int]:
+    """(address of the first entry, length) of a tensor of page ids; (None, 0) for anything else."""
+    if not isinstance(pages, torch.Tensor):
+        return None, 0
+    return pages.data_ptr(), pages.numel()
 
 
 def _free_and_released(allocator: Any) -> torch.Tensor:

@@ -34,6 +34,12 @@ logger = logging.getLogger("mcinspect.engine_hooks")
 
 _POLL_S = 0.1
 """How often the sender thread looks at its stop flag while the queue is empty."""
+BUSY_POLL_S = 0.005
+"""While deltas flow, the sender thread looks for new ones this often, unasked: waking a
+thread blocked on a queue is a system call of the scheduler's (31 us a step, profiled), and
+this thread needs the GIL at every step anyway. At most this much latency on the stream."""
+IDLE_AFTER_S = 0.5
+"""Without a delta for this long the sender thread blocks until `publish` wakes it."""
 
 
 class HistoryWindow(NamedTuple):
@@ -72,10 +78,12 @@ class Publisher:
         `rest`: the rest between the pieces of a big delta's encoding (rested_encode.py).
         """
         self._rest = rest
-        self._queue: queue.SimpleQueue[Delta] = queue.SimpleQueue()
-        """Unbounded itself (a C queue: a put is a fraction of queue.Queue's); `publish`, the
-        only producer, keeps it within `queue_size`."""
+        self._queue: deque[Delta] = deque()
+        """Unbounded itself; `publish`, the only producer, keeps it within `queue_size`."""
         self._queue_size = queue_size
+        self._sleeping = False
+        """The sender thread is blocked on `_wake` (read by `publish`, which then wakes it)."""
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._ring: deque[tuple[int, Encoded]] = deque(maxlen=history_size)
         self._ring_lock = threading.Lock()
         self._last_sent = 0
@@ -113,10 +121,12 @@ class Publisher:
         Call in seq order (the inspector assigns seqs under its lock and publishes under it).
         The delta and its lists must not be mutated afterwards: the sender thread encodes it later.
         """
-        if self._queue.qsize() >= self._queue_size:
+        if len(self._queue) >= self._queue_size:
             self._count_drop()
-        else:
-            self._queue.put(delta)
+            return
+        self._queue.append(delta)
+        if self._sleeping:  # read after the append: see _wait
+            self._wake.put(None)
 
     @property
     def published(self) -> int:
@@ -153,16 +163,32 @@ class Publisher:
 
     def _run(self) -> None:
         encoder = msgspec.msgpack.Encoder()  # one per thread: no sharing with other threads
+        last_delta = 0.0
         try:
             while not self._stop.is_set():
                 self._read_subscriptions()
-                try:
-                    delta = self._queue.get(timeout=_POLL_S)
-                except queue.Empty:
-                    continue
-                self._send(encoder, delta)
+                if self._queue:
+                    self._send(encoder, self._queue.popleft())
+                    last_delta = time.monotonic()
+                elif time.monotonic() - last_delta < IDLE_AFTER_S:
+                    time.sleep(BUSY_POLL_S)
+                else:
+                    self._wait()
         finally:
             self._socket.close(linger=0)
+
+    def _wait(self) -> None:
+        """Block until `publish` wakes this thread (or _POLL_S passes). `_sleeping` is set before
+        the queue is looked at and `publish` reads it after its append, so one of the two sees
+        the other: no delta waits for the timeout."""
+        self._sleeping = True
+        try:
+            if not self._queue:
+                self._wake.get(timeout=_POLL_S)
+        except queue.Empty:
+            pass
+        finally:
+            self._sleeping = False
 
     def _send(self, encoder: msgspec.msgpack.Encoder, delta: Delta) -> None:
         try:

@@ -20,19 +20,28 @@ guarded, but) must not stop snapshots."""
 
 
 class StepGate:
-    """Closed while the scheduler thread runs the step hook; `rest` waits for it to open."""
+    """Closed while the scheduler thread runs the step hook; `rest` waits for it to open.
+
+    A lock held by the scheduler thread, not an Event: `close` and `open` run at every step,
+    and an uncontended lock is two C calls where an Event's set and clear take its condition's
+    lock in Python (26 us a step of the scheduler's, profiled). The scheduler never waits for
+    it: a resting thread holds it only between its own acquire and release, and a `close` that
+    finds it held leaves the gate open for that step (the rest is then shorter, never longer)."""
 
     def __init__(self) -> None:
-        self._open = threading.Event()
-        self._open.set()
+        self._lock = threading.Lock()
+        self._closed = False
 
     def close(self) -> None:
-        self._open.clear()
+        self._closed = self._lock.acquire(blocking=False)
 
     def open(self) -> None:
-        self._open.set()
+        if self._closed:
+            self._closed = False
+            self._lock.release()
 
     def rest(self, seconds: float) -> None:
         """A rested piece's rest: `seconds`, then until the step hook has returned."""
         time.sleep(seconds)
-        self._open.wait(MAX_WAIT_S)
+        if self._lock.acquire(timeout=MAX_WAIT_S):
+            self._lock.release()

@@ -34,3 +34,21 @@ def test_a_hook_that_never_returns_delays_a_rest_by_at_most_the_bound() -> None:
     began = time.perf_counter()
     gate.rest(0.0)
     assert MAX_WAIT_S * 0.9 <= time.perf_counter() - began < MAX_WAIT_S * 3
+
+
+def test_closing_never_waits_for_a_resting_thread() -> None:
+    gate = StepGate()
+    gate._lock.acquire()  # a resting thread between its acquire and its release
+    began = time.perf_counter()
+    gate.close()
+    gate.open()
+    assert time.perf_counter() - began < MAX_WAIT_S / 10
+    gate._lock.release()
+    gate.close()  # and the gate closes again at the next step
+    rested = threading.Event()
+    thread = threading.Thread(target=lambda: (gate.rest(0.0), rested.set()))
+    thread.start()
+    assert not rested.wait(MAX_WAIT_S / 5)
+    gate.open()
+    assert rested.wait(MAX_WAIT_S)
+    thread.join()
