@@ -158,8 +158,8 @@ class Capture:
         self._free = np.zeros(0, dtype=bool)
         """The allocator's free slots as of the last capture, as a bitmap (index: slot id): one
         vectorised compare finds what moved, where sets of a 100k-slot pool took ms a step."""
-        self._free_source: tuple[Any, int] | None = None
-        """The free list `_free` was read from and its version (`_read_free`)."""
+        self._free_source: tuple[Any, int | np.ndarray | None] | None = None
+        """The free list `_free` was read from, and its version or values (`_read_free`)."""
         self._admission: set[int] = set()
         self._arena: dict[int, Any] | None = None
         self._max_node_id = -1
@@ -473,17 +473,18 @@ class Capture:
         last bitmap itself while the allocator holds the list it was read from, unchanged.
 
         sglang binds a new free list at each alloc and free (a slice or a cat), so a step with
-        neither (most decode steps) finds the same tensor at the same version: nothing to read."""
+        neither (most decode steps) finds the same tensor unchanged: at the same version, or,
+        for an inference-mode tensor (which keeps no version: the scheduler's loop runs in
+        inference mode), on the host, holding the values read last (a compare, not a read)."""
         listed = self._pools.free_mamba_slots(self.pool)
         seen = self._free_source
-        version = _version_of(listed)
-        if seen is not None and seen[0] is listed and version is not None and seen[1] == version:
+        if seen is not None and seen[0] is listed and _unchanged(listed, seen[1]):
             return self._free
         size = self.size
         slots, _ = host_concat([listed])
         free = np.zeros(size + 1, dtype=bool)
         free[slots[(slots >= 0) & (slots <= size)]] = True
-        self._free_source = (listed, version) if version is not None else None
+        self._free_source = (listed, _mark(listed, slots))
         return free
 
     def _free_moved(self, free: np.ndarray) -> np.ndarray:
@@ -511,6 +512,24 @@ class Capture:
                 self._slots[SlotId(slot)] = claims
                 out[SlotId(slot)] = claims
         return out
+
+
+def _mark(listed: Any, values: np.ndarray) -> int | np.ndarray | None:
+    """What tells a later look that `listed` still holds `values`: its version; for an
+    inference tensor on the host, the values themselves (None: it will be read again)."""
+    version = _version_of(listed)
+    if version is not None or not isinstance(listed, torch.Tensor) or not listed.is_cpu:
+        return version
+    return values.copy()
+
+
+def _unchanged(listed: Any, mark: int | np.ndarray | None) -> bool:
+    """`listed` (the object `mark` was taken of) holds what it held then."""
+    if mark is None:
+        return False
+    if isinstance(mark, np.ndarray):
+        return np.array_equal(listed.numpy(), mark)
+    return _version_of(listed) == mark
 
 
 def _version_of(value: Any) -> int | None:

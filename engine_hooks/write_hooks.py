@@ -56,7 +56,8 @@ class WriteHooks:
         lens = batch.seq_lens_cpu.tolist() if getattr(batch, "seq_lens_cpu", None) is not None else [-1] * len(batch.reqs)
         self._decode_rows = []
         planned = getattr(batch, "mamba_track_indices", None)
-        self._decode_planned = planned.clone() if planned is not None else None
+        # Kept only for a batch with a tracked row: decode_copied makes no event otherwise.
+        self._decode_planned = planned.clone() if planned is not None and any(mask) else None
         self._decode_mode = "decode"
         self._decode_emitted = False
         for req, tracked, seqlen in zip(batch.reqs, mask, lens):

@@ -18,6 +18,7 @@ from collections.abc import Iterator  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from cache_driver import Driver  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
@@ -35,6 +36,7 @@ from mcinspect.schema import (  # noqa: E402
     RequestEvent,
     Seq,
     SlotEvent,
+    SlotId,
     Step,
     apply_delta,
     from_runs,
@@ -43,6 +45,7 @@ from mcinspect.schema import (  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture, DeltaParts  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.pools_0523 import mamba_allocator  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
@@ -283,6 +286,27 @@ def test_unchanged_step_is_empty(hooks: tuple[EventSink, ErrorCounter]) -> None:
     capture = Capture(scheduler, sink)
     capture.full_state(Step(0))
     assert capture.step(Step(1)).is_empty()
+
+
+def test_an_inference_mode_free_list_is_compared_not_trusted(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """The scheduler's loop runs in inference mode: its free lists keep no version counter, so
+    an unchanged one is recognised by its values, and an edit in place is still seen."""
+    sink, _ = hooks
+    scheduler = build_cache()
+    Driver(scheduler).insert(list(range(16)))
+    allocator = mamba_allocator(scheduler.req_to_token_pool)
+    with torch.inference_mode():
+        allocator.free_slots = allocator.free_slots.clone()  # bound as the scheduler binds them
+    capture = Capture(scheduler, sink)
+    capture.full_state(Step(0))
+    assert capture.step(Step(1)).is_empty()
+    assert capture._read_free() is capture._free  # not read again: the last bitmap itself
+    listed = allocator.free_slots
+    lost = int(listed[0])
+    with torch.inference_mode():
+        listed[0] = listed[1]  # an edit in place, which sglang never makes: no version tells it
+    parts = capture.step(Step(2))
+    assert [claim.kind for claim in parts.slots[SlotId(lost)]] == ["unaccounted"]
 
 
 def test_events_describe_what_happened(hooks: tuple[EventSink, ErrorCounter]) -> None:
