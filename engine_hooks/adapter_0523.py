@@ -130,6 +130,8 @@ class PythonTreeView:
         most REUSE_NODES, a node whose key and values are the objects its last read saw keeps
         what they gave (KV runs, slot, tokens, key hash). sglang never edits them in place: a
         split, an insert, an eviction binds new ones."""
+        if not items:
+            return []
         core = self.core
         root = core.root_node
         leaves = core.evictable_device_leaves
@@ -238,6 +240,8 @@ class _Derived(NamedTuple):
 
 def _derive_all(items: Sequence[tuple[Any, int]]) -> list[_Derived]:
     """Key tokens, key hash, KV runs and mamba slot of each node; one device copy for all."""
+    if not items:
+        return []
     full = [node.component_data[FULL].value for node, _ in items]
     mamba = [node.component_data[MAMBA].value for node, _ in items]
     out = []

@@ -414,6 +414,8 @@ class Capture:
         """Records of `chunk`'s nodes that differ from the baseline, and those of them that left
         the tree; `pending`: nodes still to read after these (their baseline depth may be stale)."""
         ids = set(chunk)
+        if not ids:  # most decode steps: no node changed
+            return [], []
         view = self._view
         catch_up = self._catch_up
         arena = view.arena()

@@ -446,6 +446,8 @@ class Verifier:
         )
 
     def _next_ticket(self, step: Step) -> _Ticket | None:
+        if not self._tickets:  # read unlocked: a ticket added meanwhile is served next turn
+            return None
         with self._lock:
             ticket = next((t for t in self._tickets.values() if not t.done), None)
         if ticket is not None and ticket.todo is None:
