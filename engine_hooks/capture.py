@@ -68,6 +68,7 @@ from mcinspect.schema import (
     Rid,
     Seq,
     SlotClaim,
+    SlotContent,
     SlotId,
     Step,
 )
@@ -102,7 +103,17 @@ class DeltaParts:
         parts = (self.upsert_nodes, self.removed_nodes, self.slots, self.upsert_requests, self.removed_requests)
         return not any(parts) and self.kv is None
 
-    def to_delta(self, *, seq: Seq, step: Step, events: list[Event], counters: Counters) -> Delta:
+    def to_delta(
+        self,
+        *,
+        seq: Seq,
+        step: Step,
+        events: list[Event],
+        counters: Counters,
+        contents: dict[SlotId, SlotContent] | None = None,
+        removed_contents: list[SlotId] | None = None,
+    ) -> Delta:
+        """The Delta of these parts, with the step's slot fingerprints (contents.py) if given."""
         return Delta(
             schema_version=SCHEMA_VERSION,
             seq=seq,
@@ -115,6 +126,8 @@ class DeltaParts:
             kv=self.kv,
             events=events,
             counters=counters,
+            contents=contents if contents is not None else {},
+            removed_contents=removed_contents if removed_contents is not None else [],
         )
 
 

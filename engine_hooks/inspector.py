@@ -244,10 +244,8 @@ class Inspector:
             contents, dropped = self.verifier.after_capture(contents, dropped, owners)
             events = events + self.verifier.take_events()
             self._seq += 1
-            delta = msgspec.structs.replace(
-                parts.to_delta(seq=Seq(self._seq), step=step, events=events, counters=self.counters()),
-                contents=contents,
-                removed_contents=dropped,
+            delta = parts.to_delta(
+                seq=Seq(self._seq), step=step, events=events, counters=self.counters(), contents=contents, removed_contents=dropped
             )
             if self.self_check is not None:
                 self.self_check.after_step(self.capture, scheduler, step)

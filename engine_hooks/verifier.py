@@ -527,6 +527,8 @@ class Verifier:
         changed, or sglang's Rust core hid the node) the fingerprint goes out as it is, so no
         verification is ever reported twice. Verified records of slots no longer in the tree
         are forgotten."""
+        if not (self._verified or self._client_has or self._fresh):  # nothing verified: as they are
+            return fresh, list(dropped)
         in_tree = tree_slots if isinstance(tree_slots, Mapping) else set(tree_slots)  # the owners map: no O(tree) copy
         self._verified = {slot: c for slot, c in self._verified.items() if slot in in_tree}
         removed = list(dropped)
