@@ -170,37 +170,26 @@ class EventSink:
         return self._convert(pending, step)
 
     def _convert(self, pending: list[tuple[type, dict[str, Any]]], step: Step) -> list[Event]:
-        # Fields told apart by exact type through one dict lookup: isinstance against a union
-        # of classes, for every field of every event, was most of a step's drain.
         tensors: list[IndexValue] = []
         for _, fields in pending:
             for value in fields.values():
-                kind = _DEFERRED.get(type(value))
-                if kind is _ONE:
+                if isinstance(value, DeferredSlot):
                     tensors.append(value.value)
-                elif kind is not None:
+                elif isinstance(value, DeferredSlots | DeferredValues):
                     tensors.extend(value.values)
-        if not tensors:
-            return [cls(step=step, **fields) for cls, fields in pending]
         ints = iter(ints_of_many(tensors))
         events: list[Event] = []
         for cls, fields in pending:
             plain = {}
             for name, value in fields.items():
-                kind = _DEFERRED.get(type(value))
-                if kind is None:
-                    plain[name] = value
-                elif kind is _ONE:
+                if isinstance(value, DeferredSlot):
                     got = next(ints)
                     plain[name] = SlotId(got[0] if got else -1)
-                elif kind is _SLOTS:
+                elif isinstance(value, DeferredSlots):
                     plain[name] = [SlotId(s) for _ in value.values for s in next(ints)]
-                else:
+                elif isinstance(value, DeferredValues):
                     plain[name] = [value.cast(v) for _ in value.values for v in next(ints)]
+                else:
+                    plain[name] = value
             events.append(cls(step=step, **plain))
         return events
-
-
-_ONE, _SLOTS, _VALUES = "slot", "slots", "values"
-_DEFERRED: dict[type, str] = {DeferredSlot: _ONE, DeferredSlots: _SLOTS, DeferredValues: _VALUES}
-"""The deferred field classes (exact types: none is subclassed) and how each becomes ints."""
