@@ -170,26 +170,35 @@ class EventSink:
         return self._convert(pending, step)
 
     def _convert(self, pending: list[tuple[type, dict[str, Any]]], step: Step) -> list[Event]:
+        # Fields told apart by exact type through one dict lookup: isinstance against a union
+        # of classes, for every field of every event, was most of a step's drain.
         tensors: list[IndexValue] = []
         for _, fields in pending:
             for value in fields.values():
-                if isinstance(value, DeferredSlot):
+                kind = _DEFERRED.get(type(value))
+                if kind is _ONE:
                     tensors.append(value.value)
-                elif isinstance(value, DeferredSlots | DeferredValues):
+                elif kind is not None:
                     tensors.extend(value.values)
         ints = iter(ints_of_many(tensors))
         events: list[Event] = []
         for cls, fields in pending:
             plain = {}
             for name, value in fields.items():
-                if isinstance(value, DeferredSlot):
+                kind = _DEFERRED.get(type(value))
+                if kind is None:
+                    plain[name] = value
+                elif kind is _ONE:
                     got = next(ints)
                     plain[name] = SlotId(got[0] if got else -1)
-                elif isinstance(value, DeferredSlots):
+                elif kind is _SLOTS:
                     plain[name] = [SlotId(s) for _ in value.values for s in next(ints)]
-                elif isinstance(value, DeferredValues):
-                    plain[name] = [value.cast(v) for _ in value.values for v in next(ints)]
                 else:
-                    plain[name] = value
+                    plain[name] = [value.cast(v) for _ in value.values for v in next(ints)]
             events.append(cls(step=step, **plain))
         return events
+
+
+_ONE, _SLOTS, _VALUES = "slot", "slots", "values"
+_DEFERRED: dict[type, str] = {DeferredSlot: _ONE, DeferredSlots: _SLOTS, DeferredValues: _VALUES}
+"""The deferred field classes (exact types: none is subclassed) and how each becomes ints."""
