@@ -240,10 +240,10 @@ def fingerprint_slots(conv: list[Tensor], temporal: Tensor, slots: Tensor, *, ba
     gathers each block of slot rows once and folds it. Both give identical values."""
     tensors = pool_tensors(conv, temporal)
     slots = check_slots(slots, temporal)
-    words = sum(t.shape[0] * row_words(t) for t in tensors)
     triton = use_triton(temporal, backend)
     if not triton and temporal.device.type == "cpu":
-        return _fingerprint_host(tensors, slots, words)
+        return HostFold(tensors)(slots.tolist())
+    words = sum(t.shape[0] * row_words(t) for t in tensors)
     fold = _fold_triton if triton else _fold_torch
     total, nonfinite, nonzero = fold(tensors, slots)
     return SlotFingerprints(mix64_(total + words), nonfinite, nonzero == 0)
@@ -314,48 +314,83 @@ def _mix64_host(z: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     return z
 
 
-def _fingerprint_host(tensors: list[Tensor], slots: Tensor, words: int) -> SlotFingerprints:
-    """`_fold_torch` and the final mix on CPU tensors, in numpy over the same blocks: the same
-    values with about half the fixed cost of a call (numpy's uint64 needs no masks for the
-    logical shifts, and a numpy op costs a few us less than a torch one), which on the few-KB
-    slots of small models is most of a call (the engine makes one every few steps)."""
-    ids = slots.numpy()
-    n = len(ids)
-    total = np.zeros(n, dtype=np.uint64)
-    nonfinite = np.zeros(n, dtype=np.int64)
-    nonzero = np.zeros(n, dtype=np.int64)
-    layers = tensors[0].shape[0]
-    rows = [t.view(word_format(t).word).reshape(layers, t.shape[1], row_words(t)).numpy() for t in tensors]
-    rows = [row.view(np.uint64) if row.dtype == np.int64 else row for row in rows]  # fp64 words: zero-extension is a no-op
-    layout = tuple((offset, row.shape[2]) for offset, row in zip(_positions(tensors), rows))
-    masks = _masks(tuple((word_format(t), row.shape[2]) for t, row in zip(tensors, rows)), slots.device)
-    exponent, magnitude = (mask.numpy().view(np.uint64) for mask in masks)
-    layer_words = sum(width for _, width in layout)
-    per_layers, per_slots = _block_shape(layers, layer_words, n)
-    x_buf = np.empty(per_slots * per_layers * layer_words, dtype=np.uint64)
-    scratch_buf = np.empty_like(x_buf)
-    for first_layer in range(0, layers, per_layers):
-        k = min(per_layers, layers - first_layer)
-        salt = _salts(layout, first_layer, k, slots.device).numpy().view(np.uint64)
-        for first in range(0, n, per_slots):
-            count = min(per_slots, n - first)
-            block = slice(first, first + count)
-            x = x_buf[: count * k * layer_words].reshape(count, k, layer_words)
-            scratch = scratch_buf[: x.size].reshape(x.shape)
-            column = 0
-            for row in rows:
-                gathered = row[first_layer : first_layer + k, ids[block]]  # [k, count, row words]
-                x[:, :, column : column + row.shape[2]] = gathered.transpose(1, 0, 2)  # zero-extends
-                column += row.shape[2]
-            np.bitwise_and(x, exponent, out=scratch)
-            nonfinite[block] += np.count_nonzero((scratch == exponent).reshape(count, -1), axis=1)
-            np.bitwise_and(x, magnitude, out=scratch)
-            nonzero[block] += np.count_nonzero(scratch.reshape(count, -1), axis=1)
-            x ^= salt
-            total[block] += _mix64_host(x, scratch).reshape(count, -1).sum(1, dtype=np.uint64)
-    total += np.uint64(words % (1 << 64))
-    digest = _mix64_host(total, np.empty_like(total)).view(np.int64)
-    return SlotFingerprints(torch.from_numpy(digest), torch.from_numpy(nonfinite), torch.from_numpy(nonzero == 0))
+class HostFold:
+    """`_fold_torch` and the final mix on one CPU pool, in numpy, with everything that depends
+    only on the pool (its word views, salts, masks, block shape, buffers) prepared once: a call
+    on a few slots is then about 30 numpy ops, where preparing them cost as much again (the
+    engine makes one every few steps, on few-KB slots). Same values as `_fold_torch`: numpy's
+    uint64 shift is the logical one and its array arithmetic wraps mod 2^64, so no masks. Its
+    buffers are reused: one thread at a time per instance."""
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        layers = tensors[0].shape[0]
+        rows = [t.view(word_format(t).word).reshape(layers, t.shape[1], row_words(t)).numpy() for t in tensors]
+        self._rows = [row.view(np.uint64) if row.dtype == np.int64 else row for row in rows]  # fp64 words: zero-extension is a no-op
+        self._size = tensors[0].shape[1]
+        self._layout = tuple((offset, row.shape[2]) for offset, row in zip(_positions(tensors), self._rows))
+        masks = _masks(tuple((word_format(t), row.shape[2]) for t, row in zip(tensors, self._rows)), torch.device("cpu"))
+        self._exponent, self._magnitude = (mask.numpy().view(np.uint64) for mask in masks)
+        self._layer_words = sum(width for _, width in self._layout)
+        self._words = np.uint64(layers * self._layer_words % _U64)
+        self._per_layers, self._per_slots = _block_shape(layers, self._layer_words, _TORCH_BLOCK_WORDS)
+        self._salts: dict[int, np.ndarray] = {}
+        self._buffers = np.empty((0,), dtype=np.uint64), np.empty((0,), dtype=np.uint64), np.empty((0,), dtype=bool)
+
+    @classmethod
+    def of_pool(cls, conv: list[Tensor], temporal: Tensor) -> HostFold | None:
+        """The fold of a CPU pool, else None: other devices, and layouts `fingerprint_slots`
+        refuses (each of its calls then says why)."""
+        try:
+            tensors = pool_tensors(conv, temporal)
+        except PoolLayoutError:
+            return None
+        return cls(tensors) if temporal.device.type == "cpu" else None
+
+    def __call__(self, slots: list[int]) -> SlotFingerprints:
+        """`fingerprint_slots` of these slot ids."""
+        n = len(slots)
+        if n and (min(slots) < 0 or max(slots) >= self._size):
+            raise PoolLayoutError(f"slots out of range [0, {self._size}): {slots[:16]}")
+        ids = np.asarray(slots, dtype=np.intp)
+        total = np.zeros(n, dtype=np.uint64)
+        nonfinite = np.zeros(n, dtype=np.int64)
+        nonzero = np.zeros(n, dtype=bool)
+        layers, layer_words = self._rows[0].shape[0], self._layer_words
+        for first_layer in range(0, layers, self._per_layers):
+            k = min(self._per_layers, layers - first_layer)
+            salt = self._salt(first_layer, k)
+            for first in range(0, n, self._per_slots):
+                count = min(self._per_slots, n - first)
+                block = slice(first, first + count)
+                x, scratch, flags = self._buffer(count * k * layer_words)
+                x, scratch, flags = (b.reshape(count, k, layer_words) for b in (x, scratch, flags))
+                column = 0
+                for row in self._rows:
+                    width = row.shape[2]
+                    x[:, :, column : column + width] = row[first_layer : first_layer + k, ids[block]].transpose(1, 0, 2)  # zero-extends
+                    column += width
+                # |word| bits: non-zero unless +-0.0; at least the exponent mask iff the exponent
+                # bits are all ones (they are the top bits of the magnitude), i.e. NaN or Inf
+                np.bitwise_and(x, self._magnitude, out=scratch)
+                nonzero[block] |= scratch.reshape(count, -1).any(axis=1)
+                nonfinite[block] += np.greater_equal(scratch, self._exponent, out=flags).reshape(count, -1).sum(axis=1)
+                x ^= salt
+                total[block] += _mix64_host(x, scratch).reshape(count, -1).sum(axis=1, dtype=np.uint64)
+        total += self._words
+        digest = _mix64_host(total, np.empty_like(total)).view(np.int64)
+        return SlotFingerprints(torch.from_numpy(digest), torch.from_numpy(nonfinite), torch.from_numpy(~nonzero))
+
+    def _salt(self, first_layer: int, layers: int) -> np.ndarray:
+        salt = self._salts.get(first_layer)
+        if salt is None:
+            salt = self._salts[first_layer] = _salts(self._layout, first_layer, layers, torch.device("cpu")).numpy().view(np.uint64)
+        return salt
+
+    def _buffer(self, words: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The first `words` of the fold's buffers, grown on first need (at most one block)."""
+        if self._buffers[0].size < words:
+            self._buffers = np.empty(words, dtype=np.uint64), np.empty(words, dtype=np.uint64), np.empty(words, dtype=bool)
+        return tuple(b[:words] for b in self._buffers)  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=16)
