@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from mcinspect.schema import SlotContent, SlotId, Step
-from mcinspect_kernels.fingerprint import HostFold, fingerprint_slots
+from mcinspect_kernels.fingerprint import HostFold, HostPrints, fingerprint_slots
 
 from .content_mirror import ContentMirror
 from .cow_map import CowMap, Frozen
@@ -113,13 +113,12 @@ class ContentCapture:
         if not slots:
             return {}, dropped
         if self._fold is not None:
-            result = self._fold(slots)
+            prints = self._fold(slots)
         else:
             result = fingerprint_slots(self._conv, self._temporal, torch.tensor(slots, dtype=torch.int64, device=self._temporal.device))
+            prints = HostPrints(result.fingerprint.tolist(), result.nonfinite.tolist(), result.all_zero.tolist())
         fresh: dict[SlotId, SlotContent] = {}
-        for slot, fingerprint, nonfinite, zero in zip(
-            slots, result.fingerprint.tolist(), result.nonfinite.tolist(), result.all_zero.tolist()
-        ):
+        for slot, fingerprint, nonfinite, zero in zip(slots, *prints):
             content = SlotContent(slot=SlotId(slot), fingerprint=fingerprint, nonfinite=nonfinite, zero=zero, step=step)
             known = self._contents.get(SlotId(slot))
             if known is None or (known.fingerprint, known.nonfinite, known.zero) != (fingerprint, nonfinite, zero):

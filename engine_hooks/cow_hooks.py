@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from mcinspect.schema import CowEvent
-from mcinspect_kernels.fingerprint import HostFold, SlotFingerprints, fingerprint_slots
+from mcinspect_kernels.fingerprint import HostFold, HostPrints, SlotFingerprints, fingerprint_slots
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 
@@ -70,7 +70,7 @@ class CowHooks:
             )
         self.sink.emit(CowEvent, **fields)
 
-    def _fingerprints(self, pool: Any, sources: Any, destinations: Any, cleared: Any) -> SlotFingerprints | None:
+    def _fingerprints(self, pool: Any, sources: Any, destinations: Any, cleared: Any) -> SlotFingerprints | HostPrints | None:
         """Fingerprints of the copies' sources, destinations and the cleared slots, or None where
         they cannot be taken (int8 checkpoints: a dequantised copy is not bit-equal; CUDA
         without MCINSPECT_COW_FINGERPRINTS=1: the bounds check syncs)."""
