@@ -132,8 +132,8 @@ class ContentCapture:
         """`slots` but those whose bits are those of their recorded fingerprint (host pools)."""
         if self._mirror is None or not slots:
             return slots
-        known = self._contents
-        return [slot for slot, same in zip(slots, self._mirror.unchanged(slots)) if not (same and SlotId(slot) in known)]
+        # A mirrored slot is in `_contents`: both are set together and dropped together.
+        return [slot for slot, same in zip(slots, self._mirror.unchanged(slots)) if not same]
 
     def current(self) -> dict[SlotId, SlotContent]:
         return self._contents.to_dict()
