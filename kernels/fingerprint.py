@@ -405,8 +405,12 @@ class HostFold:
         x, scratch, flags = (b[: count * layers * width].reshape(count, layers, width) for b in self._buffer(count * layers * width))
         column = 0
         for row in self._rows:
-            x[:, :, column : column + row.shape[2]] = row[first_layer : first_layer + layers, ids].transpose(1, 0, 2)  # zero-extends
-            column += row.shape[2]
+            end = column + row.shape[2]
+            if count == 1:  # the usual call: the slot's rows as a view, no gathered copy
+                x[0, :, column:end] = row[first_layer : first_layer + layers, ids[0]]  # zero-extends
+            else:
+                x[:, :, column:end] = row[first_layer : first_layer + layers, ids].transpose(1, 0, 2)
+            column = end
         # |word| bits: non-zero unless +-0.0; at least the exponent mask iff the exponent bits
         # are all ones (they are the top bits of the magnitude), i.e. NaN or Inf
         np.bitwise_and(x, self._magnitude, out=scratch)
