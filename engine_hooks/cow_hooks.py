@@ -31,8 +31,8 @@ class CowHooks:
     def __init__(self, sink: EventSink) -> None:
         self.sink = sink
         self._pending: tuple[Any, Any, Any] | None = None
-        self._fold: tuple[Any, HostFold | None] | None = None
-        """(mamba cache, its prepared host fold): the pool the engine keeps, prepared once."""
+        self._fold: tuple[list[torch.Tensor], HostFold | None] = ([], None)
+        """(pool tensors, their prepared host fold): the engine keeps its pool, prepared once."""
 
     def copy_begin(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         self._pending = (
@@ -87,6 +87,9 @@ class CowHooks:
         return fingerprint_slots(list(cache.conv), cache.temporal, slots) if fold is None else fold(slots.tolist())
 
     def _host_fold(self, cache: Any) -> HostFold | None:
-        if self._fold is None or self._fold[0] is not cache:
-            self._fold = cache, HostFold.of_pool(list(cache.conv), cache.temporal)
-        return self._fold[1]
+        tensors = [*cache.conv, cache.temporal]
+        kept, fold = self._fold
+        if len(kept) != len(tensors) or any(a is not b for a, b in zip(kept, tensors)):
+            fold = HostFold.of_pool(tensors[:-1], tensors[-1])
+            self._fold = tensors, fold
+        return fold
