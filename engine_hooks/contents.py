@@ -60,9 +60,9 @@ class ContentCapture:
         self._conv: list[torch.Tensor] = list(cache.conv)
         self._temporal: torch.Tensor = cache.temporal
         self._mirror = ContentMirror.of_pool([*self._conv, self._temporal])
+        """Host pools: the bits of each slot's last fingerprint (a recheck of unmoved bits is a compare)."""
         self._fold = HostFold.of_pool(self._conv, self._temporal)
         """Host pools: the fold prepared once (half a call's cost on the CPU engine's pools)."""
-        """Host pools: the bits of each slot's last fingerprint (a recheck of unmoved bits is a compare)."""
         budget = os.environ.get(BUDGET_ENV)
         self._budget = int(budget) if budget else DEFAULT_BUDGET
         self._previous_owners: dict[int, int] = {}
