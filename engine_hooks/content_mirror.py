@@ -20,14 +20,22 @@ MAX_BYTES = 64 << 20
 """Largest pool (all state tensors) mirrored."""
 
 
+def _widest(rows: np.ndarray) -> np.ndarray:
+    """Byte rows [layers, slots, bytes] as the widest unsigned words that divide a row."""
+    width = next(w for w in (8, 4, 2, 1) if rows.shape[2] % w == 0)
+    return rows.view(f"u{width}")
+
+
 class ContentMirror:
     """Per slot: the bits of its last fingerprint, valid until `forget` (its owner changed)."""
 
     def __init__(self, tensors: list[torch.Tensor]) -> None:
         # [layers, slots, words] views of the pool as unsigned words: bit patterns, not floats
-        # (NaN != NaN, -0.0 == 0.0 would make a float compare wrong both ways).
-        self._pool = [t.view(FORMATS[t.dtype].word).reshape(t.shape[0], t.shape[1], -1).numpy() for t in tensors]
-        self._copy = [np.zeros_like(view) for view in self._pool]
+        # (NaN != NaN, -0.0 == 0.0 would make a float compare wrong both ways); the widest
+        # words that tile a row (equal bits either way), fewer words to gather and compare.
+        self._pool = [_widest(t.view(torch.uint8).view(t.shape[0], t.shape[1], -1).numpy()) for t in tensors]
+        # Slot-major ([slots, layers, words]): a slot's copy is one contiguous run to gather.
+        self._copy = [np.zeros((view.shape[1], view.shape[0], view.shape[2]), dtype=view.dtype) for view in self._pool]
         self._valid = np.zeros(tensors[0].shape[1], dtype=bool)
 
     @classmethod
@@ -46,14 +54,14 @@ class ContentMirror:
         ids = np.asarray(slots, dtype=np.int64)
         same = self._valid[ids]
         for pool, copy in zip(self._pool, self._copy):
-            same &= (pool[:, ids] == copy[:, ids]).all(axis=(0, 2))
+            same &= (pool[:, ids].transpose(1, 0, 2) == copy[ids]).all(axis=(1, 2))
         return same.tolist()
 
     def store(self, slots: list[int]) -> None:
         """Record the bits `slots` hold now: the ones just fingerprinted."""
         ids = np.asarray(slots, dtype=np.int64)
         for pool, copy in zip(self._pool, self._copy):
-            copy[:, ids] = pool[:, ids]
+            copy[ids] = pool[:, ids].transpose(1, 0, 2)
         self._valid[ids] = True
 
     def forget(self, slots: list[int]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from mcinspect.schema import CowEvent
-from mcinspect_kernels.fingerprint import fingerprint_slots
+from mcinspect_kernels.fingerprint import HostFold, HostPrints, SlotFingerprints, fingerprint_slots
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 
@@ -31,6 +31,8 @@ class CowHooks:
     def __init__(self, sink: EventSink) -> None:
         self.sink = sink
         self._pending: tuple[Any, Any, Any] | None = None
+        self._fold: tuple[list[torch.Tensor], HostFold | None] = ([], None)
+        """(pool tensors, their prepared host fold): the engine keeps its pool, prepared once."""
 
     def copy_begin(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         self._pending = (
@@ -68,7 +70,7 @@ class CowHooks:
             )
         self.sink.emit(CowEvent, **fields)
 
-    def _fingerprints(self, pool: Any, sources: Any, destinations: Any, cleared: Any) -> Any:
+    def _fingerprints(self, pool: Any, sources: Any, destinations: Any, cleared: Any) -> SlotFingerprints | HostPrints | None:
         """Fingerprints of the copies' sources, destinations and the cleared slots, or None where
         they cannot be taken (int8 checkpoints: a dequantised copy is not bit-equal; CUDA
         without MCINSPECT_COW_FINGERPRINTS=1: the bounds check syncs)."""
@@ -80,4 +82,14 @@ class CowHooks:
             return None
         slots = torch.cat([t.reshape(-1) for t in parts])
         translate = getattr(pool, "translate_mamba_indices", None)  # 0.5.15 on; before, slot ids index the cache as they are
-        return fingerprint_slots(list(cache.conv), cache.temporal, slots if translate is None else translate(slots))
+        slots = slots if translate is None else translate(slots)
+        fold = self._host_fold(cache)
+        return fingerprint_slots(list(cache.conv), cache.temporal, slots) if fold is None else fold(slots.tolist())
+
+    def _host_fold(self, cache: Any) -> HostFold | None:
+        tensors = [*cache.conv, cache.temporal]
+        kept, fold = self._fold
+        if len(kept) != len(tensors) or any(a is not b for a, b in zip(kept, tensors)):
+            fold = HostFold.of_pool(tensors[:-1], tensors[-1])
+            self._fold = tensors, fold
+        return fold

@@ -240,10 +240,13 @@ def fingerprint_slots(conv: list[Tensor], temporal: Tensor, slots: Tensor, *, ba
     gathers each block of slot rows once and folds it. Both give identical values."""
     tensors = pool_tensors(conv, temporal)
     slots = check_slots(slots, temporal)
-    words = sum(t.shape[0] * row_words(t) for t in tensors)
     triton = use_triton(temporal, backend)
     if not triton and temporal.device.type == "cpu":
-        return _fingerprint_host(tensors, slots, words)
+        prints = HostFold(tensors)(slots.tolist())
+        return SlotFingerprints(
+            *(torch.tensor(values, dtype=dtype) for values, dtype in zip(prints, (torch.int64, torch.int64, torch.bool)))
+        )
+    words = sum(t.shape[0] * row_words(t) for t in tensors)
     fold = _fold_triton if triton else _fold_torch
     total, nonfinite, nonzero = fold(tensors, slots)
     return SlotFingerprints(mix64_(total + words), nonfinite, nonzero == 0)
@@ -300,62 +303,133 @@ def _fold_torch(tensors: list[Tensor], slots: Tensor) -> tuple[Tensor, Tensor, T
     return out[0], out[1], out[2]
 
 
-_HOST_MIX = ((30, np.uint64(MIX1)), (27, np.uint64(MIX2)), (31, None))
+_HOST_MIX = ((np.uint64(30), np.uint64(MIX1)), (np.uint64(27), np.uint64(MIX2)), (np.uint64(31), None))
+_FEW = 16
+"""Up to this many slots the final mix runs on Python ints (fewer calls than numpy's 8 ops)."""
 
 
 def _mix64_host(z: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     """`mix64_` on a uint64 array, in place: numpy's uint64 shift is the logical one and its
     array arithmetic wraps mod 2^64, so no masks."""
     for shift, multiplier in _HOST_MIX:
-        np.right_shift(z, np.uint64(shift), out=scratch)
+        np.right_shift(z, shift, out=scratch)
         z ^= scratch
         if multiplier is not None:
             z *= multiplier
     return z
 
 
-def _fingerprint_host(tensors: list[Tensor], slots: Tensor, words: int) -> SlotFingerprints:
-    """`_fold_torch` and the final mix on CPU tensors, in numpy over the same blocks: the same
-    values with about half the fixed cost of a call (numpy's uint64 needs no masks for the
-    logical shifts, and a numpy op costs a few us less than a torch one), which on the few-KB
-    slots of small models is most of a call (the engine makes one every few steps)."""
-    ids = slots.numpy()
-    n = len(ids)
-    total = np.zeros(n, dtype=np.uint64)
-    nonfinite = np.zeros(n, dtype=np.int64)
-    nonzero = np.zeros(n, dtype=np.int64)
-    layers = tensors[0].shape[0]
-    rows = [t.view(word_format(t).word).reshape(layers, t.shape[1], row_words(t)).numpy() for t in tensors]
-    rows = [row.view(np.uint64) if row.dtype == np.int64 else row for row in rows]  # fp64 words: zero-extension is a no-op
-    layout = tuple((offset, row.shape[2]) for offset, row in zip(_positions(tensors), rows))
-    masks = _masks(tuple((word_format(t), row.shape[2]) for t, row in zip(tensors, rows)), slots.device)
-    exponent, magnitude = (mask.numpy().view(np.uint64) for mask in masks)
-    layer_words = sum(width for _, width in layout)
-    per_layers, per_slots = _block_shape(layers, layer_words, n)
-    x_buf = np.empty(per_slots * per_layers * layer_words, dtype=np.uint64)
-    scratch_buf = np.empty_like(x_buf)
-    for first_layer in range(0, layers, per_layers):
-        k = min(per_layers, layers - first_layer)
-        salt = _salts(layout, first_layer, k, slots.device).numpy().view(np.uint64)
-        for first in range(0, n, per_slots):
-            count = min(per_slots, n - first)
-            block = slice(first, first + count)
-            x = x_buf[: count * k * layer_words].reshape(count, k, layer_words)
-            scratch = scratch_buf[: x.size].reshape(x.shape)
-            column = 0
-            for row in rows:
-                gathered = row[first_layer : first_layer + k, ids[block]]  # [k, count, row words]
-                x[:, :, column : column + row.shape[2]] = gathered.transpose(1, 0, 2)  # zero-extends
-                column += row.shape[2]
-            np.bitwise_and(x, exponent, out=scratch)
-            nonfinite[block] += np.count_nonzero((scratch == exponent).reshape(count, -1), axis=1)
-            np.bitwise_and(x, magnitude, out=scratch)
-            nonzero[block] += np.count_nonzero(scratch.reshape(count, -1), axis=1)
-            x ^= salt
-            total[block] += _mix64_host(x, scratch).reshape(count, -1).sum(1, dtype=np.uint64)
-    total += np.uint64(words % (1 << 64))
-    digest = _mix64_host(total, np.empty_like(total)).view(np.int64)
-    return SlotFingerprints(torch.from_numpy(digest), torch.from_numpy(nonfinite), torch.from_numpy(nonzero == 0))
+def _digest(total: int) -> int:
+    """`mix64_` of one word on Python ints, as the signed int64."""
+    z = total ^ total >> 30
+    z = z * MIX1 & _U64 - 1
+    z ^= z >> 27
+    z = z * MIX2 & _U64 - 1
+    z ^= z >> 31
+    return z - _U64 if z >> 63 else z
+
+
+class HostPrints(NamedTuple):
+    """`SlotFingerprints` as Python lists (what the host callers read)."""
+
+    fingerprint: list[int]
+    nonfinite: list[int]
+    all_zero: list[bool]
+
+
+class HostFold:
+    """`_fold_torch` and the final mix on one CPU pool, in numpy, with everything that depends
+    only on the pool (its word views, salts, masks, block shape, buffers) prepared once. On the
+    few-KB slots of small models a call's cost is its count of numpy calls (each a few us, more
+    with the caches cold between engine steps): about 20 here for a block of slots (a gather
+    per tensor, 4 for the flags, 10 for the salted mix and its sum), where an unprepared call
+    made 50. Same values as `_fold_torch`: numpy's uint64 shift is the logical one and its
+    array arithmetic wraps mod 2^64, so no masks. Its buffers are reused: one thread at a time
+    per instance."""
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        layers = tensors[0].shape[0]
+        rows = [t.view(word_format(t).word).reshape(layers, t.shape[1], row_words(t)).numpy() for t in tensors]
+        self._rows = [row.view(np.uint64) if row.dtype == np.int64 else row for row in rows]  # fp64 words: zero-extension is a no-op
+        self._size = tensors[0].shape[1]
+        self._layout = tuple((offset, row.shape[2]) for offset, row in zip(_positions(tensors), self._rows))
+        masks = _masks(tuple((word_format(t), row.shape[2]) for t, row in zip(tensors, self._rows)), torch.device("cpu"))
+        self._exponent, self._magnitude = (mask.numpy().view(np.uint64) for mask in masks)
+        self._layer_words = sum(width for _, width in self._layout)
+        self._words = layers * self._layer_words
+        self._per_layers, self._per_slots = _block_shape(layers, self._layer_words, _TORCH_BLOCK_WORDS)
+        self._salts: dict[int, np.ndarray] = {}
+        self._buffers = tuple(np.empty(0, dtype=dtype) for dtype in (np.uint64, np.uint64, bool))
+
+    @classmethod
+    def of_pool(cls, conv: list[Tensor], temporal: Tensor) -> HostFold | None:
+        """The fold of a CPU pool, else None: other devices, and layouts `fingerprint_slots`
+        refuses (each of its calls then says why)."""
+        try:
+            tensors = pool_tensors(conv, temporal)
+        except PoolLayoutError:
+            return None
+        return cls(tensors) if temporal.device.type == "cpu" else None
+
+    def __call__(self, slots: list[int]) -> HostPrints:
+        """`fingerprint_slots` of these slot ids, as lists."""
+        n = len(slots)
+        if n and (min(slots) < 0 or max(slots) >= self._size):
+            raise PoolLayoutError(f"slots out of range [0, {self._size}): {slots[:16]}")
+        ids = np.asarray(slots, dtype=np.intp)
+        layers = self._rows[0].shape[0]
+        blocks = [
+            (first_layer, slice(first, first + self._per_slots))
+            for first_layer in range(0, layers, self._per_layers)
+            for first in range(0, n, self._per_slots)
+        ]
+        if len(blocks) == 1:  # the usual case: no partial sums to add up
+            total, nonfinite, nonzero = self._fold(0, layers, ids)
+        else:
+            total, nonfinite, nonzero = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+            for first_layer, block in blocks:
+                part = self._fold(first_layer, min(self._per_layers, layers - first_layer), ids[block])
+                total[block] += part[0]
+                nonfinite[block] += part[1]
+                nonzero[block] |= part[2]
+        if n <= _FEW:
+            digests = [_digest((value + self._words) % _U64) for value in total.tolist()]
+        else:
+            total += np.uint64(self._words % _U64)
+            digests = _mix64_host(total, np.empty_like(total)).view(np.int64).tolist()
+        return HostPrints(digests, nonfinite.tolist(), [not value for value in nonzero.tolist()])
+
+    def _fold(self, first_layer: int, layers: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(S, nonfinite count, any non-zero) of one block: these layers of these slots."""
+        count, width = len(ids), self._layer_words
+        x, scratch, flags = (b[: count * layers * width].reshape(count, layers, width) for b in self._buffer(count * layers * width))
+        column = 0
+        for row in self._rows:
+            end = column + row.shape[2]
+            if count == 1:  # the usual call: the slot's rows as a view, no gathered copy
+                x[0, :, column:end] = row[first_layer : first_layer + layers, ids[0]]  # zero-extends
+            else:
+                x[:, :, column:end] = row[first_layer : first_layer + layers, ids].transpose(1, 0, 2)
+            column = end
+        # |word| bits: non-zero unless +-0.0; at least the exponent mask iff the exponent bits
+        # are all ones (they are the top bits of the magnitude), i.e. NaN or Inf
+        np.bitwise_and(x, self._magnitude, out=scratch)
+        nonzero = scratch.reshape(count, -1).any(axis=1)
+        nonfinite = np.greater_equal(scratch, self._exponent, out=flags).reshape(count, -1).sum(axis=1)
+        x ^= self._salt(first_layer, layers)
+        return _mix64_host(x, scratch).reshape(count, -1).sum(axis=1, dtype=np.uint64), nonfinite, nonzero
+
+    def _salt(self, first_layer: int, layers: int) -> np.ndarray:
+        salt = self._salts.get(first_layer)
+        if salt is None:
+            salt = self._salts[first_layer] = _salts(self._layout, first_layer, layers, torch.device("cpu")).numpy().view(np.uint64)
+        return salt
+
+    def _buffer(self, words: int) -> tuple[np.ndarray, ...]:
+        """The fold's buffers, grown on first need to `words` (at most one block)."""
+        if self._buffers[0].size < words:
+            self._buffers = tuple(np.empty(words, dtype=b.dtype) for b in self._buffers)
+        return self._buffers
 
 
 @functools.lru_cache(maxsize=16)

@@ -10,6 +10,7 @@ patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only
 import torch  # noqa: E402
 
 from mcinspect.schema import SlotId, Step  # noqa: E402
+from mcinspect_engine_hooks.content_mirror import ContentMirror  # noqa: E402
 from mcinspect_engine_hooks.contents import RECHECK_EVERY, SETTLE_CHUNK, ContentCapture  # noqa: E402
 from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
 
@@ -106,3 +107,29 @@ def test_a_recheck_hashes_only_moved_bits_and_a_new_owner_gets_a_fingerprint_aga
     contents.capture(Step(6), {3: 12, 4: 8})  # node 12 takes slot 3, bits unchanged
     fresh, _ = contents.capture(Step(7), {3: 12, 4: 8})
     assert list(fresh) == [SlotId(3)] and fresh[SlotId(3)].step == 7
+
+
+def test_the_mirror_sees_one_bit_flipped_anywhere_in_a_slot() -> None:
+    """ContentMirror compares rows as the widest words that tile them (8 bytes on these rows):
+    the lowest bit of a row's first or last element, in any tensor and layer, still counts,
+    for its own slot only; flipped back, the bits are those of the fingerprint again."""
+    scheduler = build_cache()
+    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
+    generator = torch.Generator().manual_seed(3)
+    tensors = [*cache.conv, cache.temporal]
+    for state in tensors:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    mirror = ContentMirror.of_pool(tensors)
+    slots = [2, 3, 5]
+    mirror.store(slots)
+    assert mirror.unchanged(slots) == [True, True, True]
+    for t in tensors:
+        words = t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+        for layer in (0, t.shape[0] - 1):
+            for element in (0, -1):
+                words[layer, 3].view(-1)[element] ^= 1
+                assert mirror.unchanged(slots) == [True, False, True], (t.dtype, layer, element)
+                words[layer, 3].view(-1)[element] ^= 1
+                assert mirror.unchanged(slots) == [True, True, True]
+    mirror.forget([3])
+    assert mirror.unchanged(slots) == [True, False, True]

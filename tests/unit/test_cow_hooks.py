@@ -126,7 +126,7 @@ def test_a_pool_without_translate_mamba_indices_is_read_by_its_own_slot_ids(hook
     runner, _ = hooked
     older_pool = SimpleNamespace(mamba_pool=runner.req_to_token_pool.mamba_pool)
     result = CowHooks(EventSink())._fingerprints(older_pool, torch.tensor([3]), torch.tensor([10]), None)
-    assert result.fingerprint.tolist() == [slot_fingerprint(runner, 3), slot_fingerprint(runner, 10)]
+    assert list(result.fingerprint) == [slot_fingerprint(runner, 3), slot_fingerprint(runner, 10)]
 
 
 def _state() -> CacheState:

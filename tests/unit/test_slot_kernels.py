@@ -114,6 +114,44 @@ def test_torch_ops_path_gives_the_host_path_values(block_words, conv_dtypes, tem
     assert (nonzero == 0).tolist() == host.all_zero.tolist() == [False, True, False, False, False]
 
 
+@pytest.mark.parametrize("block_words", [40, 1 << 18])
+@pytest.mark.parametrize(
+    "conv_dtypes, temporal_dtype", [((torch.bfloat16, torch.float16), torch.float32), ((torch.float32,), torch.float64)]
+)
+def test_prepared_host_fold_gives_the_torch_ops_values_one_slot_or_many(block_words, conv_dtypes, temporal_dtype, monkeypatch) -> None:
+    """HostFold (the engine's prepared host path) on one slot (rows read as views, final mix on
+    Python ints) and on more slots than it mixes on Python ints (numpy), in one block or split
+    (40 words: by layers): every value is the torch-ops fold's, NaN/Inf/-0.0 slots included."""
+    monkeypatch.setattr(fingerprint_module, "_TORCH_BLOCK_WORDS", block_words)
+    conv, temporal = make_pool(fingerprint_module._FEW + 3, layers=3, conv_dtypes=conv_dtypes, temporal_dtype=temporal_dtype)
+    conv[0][1, 2, 0, 0] = float("nan")
+    temporal.view(torch.int64 if temporal_dtype == torch.float64 else torch.int32)[0, 4, 0, 0, 0] = -1  # a negative NaN
+    temporal[2, 5, 1, 1, 1] = float("-inf")
+    for t in [*conv, temporal]:
+        t[:, 6] = -0.0
+    tensors = [*conv, temporal]
+    slots = list(range(temporal.shape[1]))[::-1]
+    total, nonfinite, nonzero = fingerprint_module._fold_torch(tensors, torch.tensor(slots))
+    words = sum(t.shape[0] * fingerprint_module.row_words(t) for t in tensors)
+    expected = (fingerprint_module.mix64_(total + words).tolist(), nonfinite.tolist(), (nonzero == 0).tolist())
+    by_slot = dict(zip(slots, zip(*expected)))
+    assert [by_slot[s][1] for s in (2, 3, 4, 5)] == [1, 0, 1, 1] and by_slot[6][2] and by_slot[0][2] and not by_slot[1][2]
+    fold = fingerprint_module.HostFold.of_pool(conv, temporal)
+    assert tuple(fold(slots)) == expected
+    alone = [fold([slot]) for slot in slots]
+    assert ([a.fingerprint[0] for a in alone], [a.nonfinite[0] for a in alone], [a.all_zero[0] for a in alone]) == expected
+
+
+def test_prepared_host_fold_refuses_what_fingerprint_slots_refuses() -> None:
+    conv, temporal = make_pool(4)
+    fold = fingerprint_module.HostFold.of_pool(conv, temporal)
+    for slots in ([1, 5], [-1]):
+        with pytest.raises(PoolLayoutError, match="out of range"):
+            fold(slots)
+    assert fold([]) == ([], [], [])
+    assert fingerprint_module.HostFold.of_pool(conv, temporal.transpose(3, 4)) is None
+
+
 # --- fingerprint properties ---------------------------------------------------------------
 
 
