@@ -174,8 +174,9 @@ class Inspector:
         self._step += 1
         sink = self.sink
         self._verify_turn(idle=False)
-        if sink.observed or self._step % SAMPLE_EVERY == 0:
-            self.stats.sample(scheduler.running_batch.reqs)
+        due = self._step % SAMPLE_EVERY == 0
+        if sink.observed or due:
+            self.stats.sample(scheduler.running_batch.reqs if due else None)
             self.server.ensure_serving()
         if sink.observed:  # planned at the previous boundary: its hooks kept evidence
             step = Step(self._step)

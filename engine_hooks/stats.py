@@ -1,8 +1,9 @@
 """Running counters of one scheduler process for the demo summary and `mcinspect info`.
 
-Nothing here runs at every step: the inspector samples the pool and the running requests'
-slots on captured steps and every SAMPLE_EVERY-th step (O(running requests)); evictions are
-counted by the EventSink as they happen; the slots in use are read when asked."""
+Nothing here runs at every step: the inspector samples the pool's occupancy on captured steps
+and every SAMPLE_EVERY-th step (O(1)), the running requests' slots every SAMPLE_EVERY-th step
+(O(running requests)); evictions are counted by the EventSink as they happen; the slots in use
+are read when asked."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from .req_kv import kv_of
 from .tensor_runs import ints_of_many
 
 SAMPLE_EVERY = 16
-"""Steps nobody observes are sampled only this often (the peak, the layouts and the
-distribution of slots per request do not need every step; the hooks' cost does)."""
+"""The running requests' slots are sampled this often, observed or not (the layouts and the
+distribution of slots per request do not need every step; the hooks' cost does), the pool's
+occupancy on every captured step too."""
 
 
 class StatsCollector:
@@ -40,14 +42,15 @@ class StatsCollector:
         each alloc and free, so another thread reads one list or the next, never a torn one)."""
         return self.mamba_pool_size - self._allocator.free_slots.shape[0]  # not len(): Python in torch
 
-    def sample(self, running: list[Any]) -> None:
-        """The pool's occupancy (for the peak) and each running request's slots. Slot counts
-        come from the requests' Python fields; slot ids are read (a device copy) only for the
-        first request seen with a new count."""
+    def sample(self, running: list[Any] | None) -> None:
+        """The pool's occupancy (for the peak) and, unless `running` is None, each running
+        request's slots. Slot counts come from the requests' Python fields; slot ids are read
+        (a device copy) only for the first request seen with a new count."""
         in_use = self.slots_in_use()
         if in_use > self.slots_peak:
             self.slots_peak = in_use  # a plain int: snapshot() reads it unlocked
-        self._sample_requests(running)
+        if running is not None:
+            self._sample_requests(running)
 
     def _sample_requests(self, running: list[Any]) -> None:
         reqs = [req for req in running if kv_of(req).mamba_pool_idx is not None]

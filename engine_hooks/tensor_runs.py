@@ -76,16 +76,23 @@ class HostViews:
         kept = self._views.get(id(tensor))
         if kept is not None and kept[0] is tensor:
             return kept[1]
-        if not tensor.is_cpu or tensor.requires_grad or tensor.dtype == torch.bool or tensor.is_conj():
-            return None
-        try:
-            view = tensor.numpy()
-        except (RuntimeError, TypeError):  # a dtype or layout numpy cannot share
+        view = host_view(tensor)
+        if view is None:
             return None
         if len(self._views) >= 8:  # sglang binds its tables once; a few at most are ever seen
             self._views.clear()
         self._views[id(tensor)] = (tensor, view)
         return view
+
+
+def host_view(tensor: torch.Tensor) -> np.ndarray | None:
+    """`tensor`'s numpy view (shares its memory: reads see every write), or None off the host."""
+    if not tensor.is_cpu or tensor.requires_grad or tensor.dtype == torch.bool or tensor.is_conj():
+        return None
+    try:
+        return tensor.numpy()
+    except (RuntimeError, TypeError):  # a dtype or layout numpy cannot share
+        return None
 
 
 FEW_HOST_VALUES = 64

@@ -579,7 +579,7 @@ class Stats(_Message):
     hook_errors: int
     slots_per_request: dict[int, int]
     """Histogram: slots held by one running request (working + ping-pong) -> observations (at
-    the sampled step boundaries)."""
+    every 16th step boundary)."""
     example_layouts: list[SlotLayout]
     """One observed layout per distinct slot count, for the record."""
     counters: Counters = Counters()

@@ -1,0 +1,421 @@
+"""The requests the scheduler holds -> RequestRecords and their mamba slot claims, read
+incrementally from step to step.
+
+A running request in a decode step changes a few Python ints (its output and KV lengths) and
+the tail of its KV row; its slots, mirrors and track fields change only at alloc, track,
+donate and free. So each request's values are read once a step and compared with the last
+read: a record is reused when nothing moved, copied with the new lengths when only they moved
+(`msgspec.structs.replace`), built afresh otherwise; claims are rebuilt only for a request
+whose slot values moved, and only the slots they touch are re-sorted.
+
+The slot tensors themselves are re-read every step: sglang writes the ping-pong buffer in place
+and the scheduler's own tensors are inference tensors (no version counter). On the host they are
+read through numpy views kept while the tensor is the same object (a fraction of `.tolist()`);
+off the host all of a step's values go in one device copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import torch
+
+from mcinspect.schema import NodeId, RequestRecord, Rid, SlotClaim, SlotId
+
+from .req_kv import FlatKv, fields_of, node_id_of, prefix_len_of
+from .tensor_runs import FrozenRuns, HostViews, host_view, ints_of_many, runs_of_ints
+
+if TYPE_CHECKING:
+    from .pools_0523 import HeldRequest
+
+MIRRORS = ("req_index_to_mamba_index_mapping", "req_index_to_mamba_ping_pong_track_buffer_mapping")
+"""The device mirrors the forward reads a row's slots from (working, ping-pong)."""
+
+Claims = dict[SlotId, list[SlotClaim]]
+Ints = tuple[list[int], list[int], list[int], list[int], list[int], list[int] | None]
+"""A request's values read from tensors: working, ping-pong and cow-source slots, working and
+ping-pong mirror entries, the unread tail of its KV row (None: nothing new)."""
+
+_NO_TENSORS: tuple[Any, Any, Any] = (None, None, None)
+_NONE_VIEW = np.zeros(0, dtype=np.int64)
+"""The view of an absent slot tensor: no ints."""
+
+
+class _Seen:
+    """One request's (or streaming session's) values as last read, and what was built from them."""
+
+    __slots__ = ("req", "fields", "tensors", "views", "mirror_key", "mirrors", "key", "claims", "record", "lengths")
+    __slots__ += ("row_key", "row_len", "runs")
+
+    def __init__(self, req: Any, fields: Any, claims: tuple[SlotClaim, ...]) -> None:
+        self.req, self.fields = req, fields
+        self.tensors = _NO_TENSORS
+        """Working, ping-pong and cow-source tensors as last seen (their views are kept while
+        each is the same object)."""
+        self.views = (_NONE_VIEW, _NONE_VIEW, _NONE_VIEW)
+        self.mirror_key: tuple[Any, ...] | None = None
+        """(row, the host mirrors' versions) `mirrors` were read at: while the same, so are they."""
+        self.mirrors: tuple[list[int], list[int]] = ([], [])
+        self.key: tuple[Any, ...] | None = None
+        """What `claims` and `record` (bar its lengths) were built from."""
+        self.claims = claims
+        """Its claims in the reader's by-slot index (kept across a new _Seen for the same rid)."""
+        self.record: RequestRecord | None = None
+        self.lengths: tuple[int, int, int] | None = None
+        self.row_key: tuple[Any, ...] | None = None
+        """(row, protected prefix, retraction count): while the same, decode only appends to the row."""
+        self.row_len = 0
+        self.runs: FrozenRuns = ()
+
+
+_Plan = tuple[Rid, "HeldRequest | None", Any, _Seen, Any, int, int]
+"""(rid, held request (None: a session), its fields (req_kv.kv_of), its _Seen, row, and the part
+of the row not read yet: [start, end))."""
+
+
+class RequestReader:
+    """Builds RequestRecords and the request-side slot claims, at most one device copy a step."""
+
+    def __init__(self, req_to_token_pool: Any) -> None:
+        self.pool = req_to_token_pool
+        self._seen: dict[Rid, _Seen] = {}
+        self._claims: Claims = {}
+        self._consistent = False
+        """The last read ran to the end: `_seen` and `_claims` agree (a read that raised leaves
+        them apart; the next read rebuilds everything)."""
+        self._host = HostViews()
+
+    def read(self, held: Mapping[Rid, HeldRequest], sessions: Mapping[Rid, Any]) -> tuple[dict[Rid, RequestRecord], Claims, set[int]]:
+        """(records of `held`, request claims by slot incl. sessions', the slots whose claims
+        changed since the last read). The claims are the reader's own index, updated in place
+        by the next read: the caller must not change it."""
+        fresh = not self._consistent
+        self._consistent = False
+        last = {} if fresh else self._seen
+        plans: list[_Plan] = []
+        for rid, h in held.items():
+            req = h.req
+            fields, seen = fields_of(req), last.get(rid)
+            if seen is None or seen.req is not req or seen.fields is not fields:
+                seen = _Seen(req, fields, seen.claims if seen is not None else ())
+            plans.append(_plan(rid, h, fields if fields is not req else FlatKv(req), seen))
+        for rid, kv in sessions.items():
+            seen = last.get(rid)
+            if seen is None or seen.fields is not kv:
+                seen = _Seen(None, kv, seen.claims if seen is not None else ())
+            plans.append((rid, None, kv, seen, None, 0, 0))
+        ints = self._host_ints(plans)
+        if ints is None:
+            ints = self._device_ints(plans)
+        records: dict[Rid, RequestRecord] = {}
+        seen_now: dict[Rid, _Seen] = {}
+        changed: list[tuple[Rid, tuple[SlotClaim, ...], tuple[SlotClaim, ...]]] = []
+        for (rid, h, kv, seen, row, _, end), values in zip(plans, ints):
+            seen_now[rid] = seen
+            before = seen.claims
+            if h is None:
+                _update_session(rid, kv, seen, values)
+            else:
+                records[rid] = _update(rid, h, kv, seen, values, row, end)
+            if seen.claims is not before:
+                changed.append((rid, before, seen.claims))
+        changed += [(rid, gone.claims, ()) for rid, gone in self._seen.items() if rid not in seen_now and gone.claims]
+        moved = self._rebuild_claims(seen_now.values()) if fresh else _move_claims(self._claims, changed)
+        self._seen = seen_now
+        self._consistent = True
+        return records, self._claims, moved
+
+    def _host_ints(self, plans: list[_Plan]) -> list[Ints] | None:
+        """Every request's values through numpy views; None when a tensor is off the host."""
+        pool = self.pool
+        table = self._host.of(pool.req_to_token)
+        if table is None:
+            return None
+        mirrors: list[np.ndarray | None] = []
+        versions: list[int | None] = []
+        for name in MIRRORS:
+            mirror = getattr(pool, name, None)
+            view = self._host.of(mirror) if mirror is not None else None
+            if mirror is not None and view is None:
+                return None
+            mirrors.append(view)
+            versions.append(_version_of(mirror) if mirror is not None else 0)
+        working_mirror, ping_pong_mirror = mirrors
+        out: list[Ints] = []
+        for _, _, kv, seen, row, start, end in plans:
+            tensors = (kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index)
+            kept = seen.tensors
+            if tensors[0] is not kept[0] or tensors[1] is not kept[1] or tensors[2] is not kept[2]:
+                views = [_NONE_VIEW if t is None else _flat_view(t) for t in tensors]
+                if any(view is None for view in views):
+                    return None
+                seen.tensors, seen.views = tensors, tuple(views)
+            working, ping_pong, cow = seen.views
+            # The mirrors are sglang's tables (not inference tensors): their version counts writes.
+            mirror_key = (row, *versions)
+            if mirror_key != seen.mirror_key or None in versions:
+                seen.mirror_key, seen.mirrors = mirror_key, (_row_ints(working_mirror, row), _row_ints(ping_pong_mirror, row))
+            tail = None
+            if start < end:  # a decode step's one new token: item() is a fraction of a slice's tolist()
+                tail = [table.item(row, start)] if end - start == 1 else table[row, start:end].tolist()
+            out.append((working.tolist(), ping_pong.tolist(), cow.tolist(), *seen.mirrors, tail))
+        return out
+
+    def _device_ints(self, plans: list[_Plan]) -> list[Ints]:
+        """Every request's values in one device copy."""
+        tensors = []
+        for _, _, kv, *_ in plans:
+            tensors += [kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index]
+        rows = [row for _, _, _, _, row, _, _ in plans]
+        tensors += self._mirror_rows([row for row in rows if row is not None])
+        tails = [i for i, (*_, row, start, end) in enumerate(plans) if start < end]
+        tensors += [self.pool.req_to_token[plans[i][4], plans[i][5] : plans[i][6]] for i in tails]
+        values = ints_of_many(tensors)
+        n = len(plans)
+        mirrors = _split_rows(rows, values[3 * n], values[3 * n + 1])
+        read = dict(zip(tails, values[3 * n + 2 :]))
+        return [(*values[3 * i : 3 * i + 3], working, ping_pong, read.get(i)) for i, (working, ping_pong) in enumerate(mirrors)]
+
+    def _mirror_rows(self, present: list[int]) -> list[Any]:
+        """The mirrors' entries for the rows `present`, gathered in one index op per mirror
+        (None where a mirror is absent)."""
+        out: list[Any] = []
+        index = None  # one index tensor for both mirrors (they live on one device)
+        for name in MIRRORS:
+            mirror = getattr(self.pool, name, None)
+            if mirror is None or not present:
+                out.append(None)
+                continue
+            if index is None or index.device != mirror.device:
+                index = torch.tensor(present, dtype=torch.int64, device=mirror.device)
+            out.append(mirror[index])
+        return out
+
+    def _rebuild_claims(self, seen: Iterable[_Seen]) -> set[int]:
+        """Index every claim afresh (the first read, or after one that raised); returns the
+        slots whose claims differ from the last index."""
+        claims: Claims = {}
+        for one in seen:
+            for claim in one.claims:
+                claims.setdefault(claim.slot, []).append(claim)
+        for listed in claims.values():
+            listed.sort(key=_claim_order)
+        old, self._claims = self._claims, claims
+        return {slot for slot in claims.keys() | old.keys() if claims.get(slot) != old.get(slot)}
+
+
+def _plan(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen) -> _Plan:
+    """The request's row and the part of it not read yet (decode appends a token or a few)."""
+    row, allocated = kv.req_pool_idx, kv.kv_allocated_len
+    if row is None or allocated <= 0:
+        seen.row_key, seen.row_len, seen.runs = None, 0, ()
+        return rid, held, kv, seen, row, 0, 0
+    row_key = (row, kv.cache_protected_len, getattr(held.req, "retraction_count", 0))
+    if row_key == seen.row_key and allocated >= seen.row_len:
+        return rid, held, kv, seen, row, seen.row_len, allocated
+    seen.row_key, seen.row_len, seen.runs = row_key, 0, ()
+    return rid, held, kv, seen, row, 0, allocated
+
+
+def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row: Any, end: int) -> RequestRecord:
+    """Bring `seen` up to date with this step's values; returns the request's record."""
+    working, ping_pong, cow, working_mirror, ping_pong_mirror, tail = values
+    if tail:
+        seen.runs = _append(seen.runs, tail)
+        seen.row_len = end
+    req = held.req
+    empty = getattr(kv, "mamba_ping_pong_empty", None)
+    last_idx, last_seqlen = kv.mamba_last_track_idx, kv.mamba_last_track_seqlen
+    key = (
+        working, ping_pong, cow, tuple(empty) if empty else tuple(slot < 0 for slot in ping_pong), last_idx, last_seqlen,
+        getattr(kv, "mamba_prev_track_seqlen", None), held.state, row, len(req.origin_input_ids), prefix_len_of(req),
+        kv.cache_protected_len, node_id_of(req.last_node), kv.mamba_next_track_idx, kv.mamba_needs_clear, working_mirror,
+        ping_pong_mirror,
+    )  # fmt: skip
+    lengths = (len(req.output_ids), kv.kv_committed_len, kv.kv_allocated_len)
+    record = seen.record
+    if key != seen.key or record is None:
+        if seen.key is None or key[:_CLAIM_FIELDS] != seen.key[:_CLAIM_FIELDS]:
+            seen.claims = tuple(_claims(rid, *key[:_CLAIM_FIELDS]))
+        record = _record(rid, held, kv, key, seen.runs, lengths)
+    elif lengths != seen.lengths or record.kv_runs is not seen.runs:
+        output_len, committed, allocated = lengths
+        record = msgspec.structs.replace(record, output_len=output_len, committed_len=committed, allocated_len=allocated, kv_runs=seen.runs)
+    seen.key, seen.lengths, seen.record = key, lengths, record
+    return record
+
+
+_CLAIM_FIELDS = 7
+"""The first fields of `_update`'s key: what a request's claims are built from."""
+
+
+def _update_session(rid: Rid, kv: Any, seen: _Seen, values: Ints) -> None:
+    """A streaming session's claims, rebuilt when its slot values moved."""
+    working, ping_pong, cow = values[:3]
+    empty = getattr(kv, "mamba_ping_pong_empty", None)
+    empty = tuple(empty) if empty else tuple(slot < 0 for slot in ping_pong)
+    key = (
+        working,
+        ping_pong,
+        cow,
+        empty,
+        kv.mamba_last_track_idx,
+        kv.mamba_last_track_seqlen,
+        getattr(kv, "mamba_prev_track_seqlen", None),
+    )
+    if key != seen.key:
+        seen.key, seen.claims = key, tuple(_claims(rid, *key))
+
+
+def _move_claims(claims: Claims, changed: list[tuple[Rid, tuple[SlotClaim, ...], tuple[SlotClaim, ...]]]) -> set[int]:
+    """Replace the claims of the requests in `changed` ((rid, before, after)) in the by-slot
+    index, in place; returns the slots whose claim lists changed."""
+    moved: set[int] = set()
+    if not changed:
+        return moved
+    rids = {rid for rid, _, _ in changed}
+    added: dict[SlotId, list[SlotClaim]] = {}
+    touched = set()
+    for _, before, after in changed:
+        touched.update(claim.slot for claim in before)
+        for claim in after:
+            added.setdefault(claim.slot, []).append(claim)
+    for slot in touched | added.keys():
+        old = claims.get(slot, [])
+        new = [claim for claim in old if claim.rid not in rids] + added.get(slot, [])
+        new.sort(key=_claim_order)
+        if new == old:
+            continue
+        moved.add(slot)
+        if new:
+            claims[slot] = new
+        else:
+            del claims[slot]
+    return moved
+
+
+def _version_of(tensor: torch.Tensor) -> int | None:
+    """A table's in-place write counter; None for an inference-mode tensor (which keeps none)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
+def _flat_view(tensor: torch.Tensor) -> np.ndarray | None:
+    """A slot tensor's (0-d or 1-d) numpy view as 1-d; None off the host or not viewable."""
+    if tensor.dim() > 1:
+        return None
+    view = host_view(tensor)
+    return view.reshape(-1) if view is not None else None  # a 0-d or 1-d view reshapes to a view
+
+
+def _row_ints(mirror: np.ndarray | None, row: int | None) -> list[int]:
+    if mirror is None or row is None:
+        return []
+    return [mirror.item(row)] if mirror.ndim == 1 else mirror[row].tolist()
+
+
+def _split_rows(rows: list[int | None], working: list[int], ping_pong: list[int]) -> list[tuple[list[int], list[int]]]:
+    """Per row of `rows`: (working mirror ints, ping-pong mirror ints) ([] where absent)."""
+    present = sum(row is not None for row in rows)
+    width_working = len(working) // present if present else 0
+    width_ping_pong = len(ping_pong) // present if present else 0
+    out = []
+    index = 0
+    for row in rows:
+        if row is None:
+            out.append(([], []))
+            continue
+        out.append(
+            (
+                working[index * width_working : (index + 1) * width_working],
+                ping_pong[index * width_ping_pong : (index + 1) * width_ping_pong],
+            )
+        )
+        index += 1
+    return out
+
+
+def _append(runs: FrozenRuns, ints: list[int]) -> FrozenRuns:
+    """`runs` followed by the KV indices `ints` (mostly one, continuing the last run)."""
+    if len(ints) == 1 and runs:
+        start, length = runs[-1]
+        if start + length == ints[0]:
+            return (*runs[:-1], (start, length + 1))
+    return _join(runs, runs_of_ints(ints))
+
+
+def _join(head: FrozenRuns, tail: FrozenRuns) -> FrozenRuns:
+    if head and tail and head[-1][0] + head[-1][1] == tail[0][0]:
+        return (*head[:-1], (head[-1][0], head[-1][1] + tail[0][1]), *tail[1:])
+    return head + tail
+
+
+_KIND_ORDER = {"working": 0, "ping_pong": 1, "cow_source": 2}
+
+
+def _claim_order(claim: SlotClaim) -> tuple[int, str, int]:
+    return _KIND_ORDER[claim.kind], claim.rid, claim.ping_pong_index
+
+
+def _opt(value: int | None) -> int:
+    return -1 if value is None else int(value)
+
+
+def _claims(
+    rid: Rid,
+    working: list[int],
+    ping_pong: list[int],
+    cow: list[int],
+    empty: tuple[bool, ...],
+    last: int | None,
+    last_seqlen: int | None,
+    prev_seqlen: int | None,
+) -> Iterable[SlotClaim]:
+    if working:
+        yield SlotClaim(SlotId(working[0]), "working", rid=rid)
+    for index, slot in enumerate(ping_pong):
+        if empty[index] or slot < 0:
+            continue
+        is_last = index == last
+        seqlen = last_seqlen if is_last else prev_seqlen
+        yield SlotClaim(SlotId(slot), "ping_pong", rid=rid, ping_pong_index=index, last_tracked=is_last, seqlen=_opt(seqlen))
+    if cow:
+        yield SlotClaim(SlotId(cow[0]), "cow_source", rid=rid)
+
+
+def _record(
+    rid: Rid, held: HeldRequest, kv: Any, key: tuple[Any, ...], kv_runs: FrozenRuns, lengths: tuple[int, int, int]
+) -> RequestRecord:
+    """The record from `_update`'s key and lengths (its fields in the key's order)."""
+    working, ping_pong, cow, empty, last_idx, last_seqlen, prev_seqlen, state, row, prompt_len, prefix_len = key[:11]
+    protected, last_node, next_idx, needs_clear, working_mirror, ping_pong_mirror = key[11:]
+    output_len, committed, allocated = lengths
+    return RequestRecord(
+        rid=rid,
+        state=state,
+        row=_opt(row),
+        prompt_len=prompt_len,
+        output_len=output_len,
+        prefix_len=prefix_len,
+        cache_protected_len=protected,
+        committed_len=committed,
+        allocated_len=allocated,
+        last_node=NodeId(last_node),
+        working_slot=SlotId(working[0] if working else -1),
+        ping_pong=[SlotId(slot) for slot in ping_pong],
+        ping_pong_empty=list(empty),
+        next_track_idx=_opt(next_idx),
+        last_track_idx=_opt(last_idx),
+        last_track_seqlen=_opt(last_seqlen),
+        prev_track_seqlen=_opt(prev_seqlen),
+        cow_source=SlotId(cow[0] if cow else -1),
+        needs_clear=bool(needs_clear),
+        kv_runs=kv_runs,
+        working_mirror=SlotId(working_mirror[0] if working_mirror else -1),
+        ping_pong_mirror=[SlotId(slot) for slot in ping_pong_mirror],
+    )

@@ -1,0 +1,99 @@
+"""RequestReader's incremental reads against fresh reads, over sglang 0.5.23's real cache
+classes on CPU tensors (cpu_cache.py) with requests moved by sglang's own calls (cache_driver.py),
+under inference mode as in the scheduler (the requests' slot tensors then keep no version)."""
+
+from __future__ import annotations
+
+from mcinspect_engine_hooks.cpu_engine import patches
+
+patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
+
+from types import SimpleNamespace  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+from cache_driver import Driver  # noqa: E402
+
+from mcinspect_engine_hooks.pools_0523 import held_requests, session_kv  # noqa: E402
+from mcinspect_engine_hooks.request_reader import RequestReader  # noqa: E402
+
+import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
+
+
+class DeviceCopyReader(RequestReader):
+    """The reader's path for tensors off the host (one batched copy), taken on the host."""
+
+    def _host_ints(self, plans: Any) -> None:
+        return None
+
+
+def read(reader: RequestReader, scheduler: SimpleNamespace) -> tuple[Any, Any, set[int]]:
+    return reader.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
+
+
+class Checked:
+    """One reader kept across steps; each read compared with fresh readers' (host and device
+    paths), and its `moved` with the claim lists that really changed."""
+
+    def __init__(self, scheduler: SimpleNamespace) -> None:
+        self.scheduler = scheduler
+        self.reader = RequestReader(scheduler.req_to_token_pool)
+        self.claims: dict[int, list[Any]] = {}
+
+    def read(self) -> tuple[dict[Any, Any], set[int]]:
+        records, claims, moved = read(self.reader, self.scheduler)
+        for fresh_reader in (RequestReader, DeviceCopyReader):
+            fresh_records, fresh_claims, _ = read(fresh_reader(self.scheduler.req_to_token_pool), self.scheduler)
+            assert records == fresh_records and list(records) == list(fresh_records)
+            assert claims == fresh_claims
+        before = self.claims
+        assert moved == {slot for slot in before.keys() | claims.keys() if before.get(slot) != claims.get(slot)}
+        self.claims = {slot: list(listed) for slot, listed in claims.items()}
+        return records, moved
+
+
+def test_incremental_reads_equal_fresh_reads() -> None:
+    scheduler = cpu_cache.build_cache(mamba_slots=40)
+    with torch.inference_mode():
+        drive, checked = Driver(scheduler), Checked(scheduler)
+        a = drive.admit(list(range(100, 140)))
+        drive.prefill(a, 16)  # chunked: a ping-pong slot donated to the tree
+        records, moved = checked.read()
+        assert records[a.rid].state == "chunked" and moved
+        drive.prefill(a, 40)
+        b = drive.admit(list(range(100, 124)) + [9] * 8)  # a hit with copy-on-write
+        records, moved = checked.read()
+        assert records[b.rid].cow_source >= 0 and records[b.rid].cow_source in moved
+        unchanged = records[a.rid]
+        records, moved = checked.read()  # nothing moved: the same records, no slot
+        assert records[a.rid] is unchanged and moved == set()
+        for token in range(5):
+            drive.decode(a, [token])
+            drive.decode(b, [token])
+            records, moved = checked.read()  # lengths and KV runs only
+            assert records[a.rid].output_len == token + 1 and moved == set()
+        drive.prefill(b, 32)  # tracked: b's ping-pong entries move
+        records, moved = checked.read()
+        assert records[b.rid].last_track_seqlen == 32 and moved
+        drive.finish(a)
+        drive.retract(b)  # back to waiting, holding nothing
+        records, moved = checked.read()
+        assert a.rid not in records and records[b.rid].working_slot == -1 and moved
+
+
+def test_a_slot_written_in_place_is_seen_without_a_field_moving() -> None:
+    """sglang writes the ping-pong buffer in place (and a fault could write any slot tensor):
+    the reader re-reads the tensors every step, whatever the Python fields say."""
+    scheduler = cpu_cache.build_cache(mamba_slots=40)
+    with torch.inference_mode():
+        drive, checked = Driver(scheduler), Checked(scheduler)
+        a = drive.admit(list(range(100, 140)))
+        drive.prefill(a, 40)
+        records, _ = checked.read()
+        buffer = a.kv.mamba_ping_pong_track_buffer
+        old = records[a.rid].ping_pong
+        spare = int(scheduler.req_to_token_pool.mamba_allocator.alloc(1)[0])
+        buffer[0] = spare  # in place, the same tensor object
+        records, moved = checked.read()
+        assert records[a.rid].ping_pong == [spare, old[1]]
+        assert spare in moved and old[0] in moved
