@@ -155,7 +155,24 @@ def gil_holds(into: list[tuple[float, float, str, str, str]], min_s: float = 0.0
     threading.setprofile(profiler)
 
 
-def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object]:
+def census_of(gc: Any) -> dict[str, object]:
+    """Tracked objects in each generation after `gc.freeze()`: generation 2's are the survivors
+    since (a full collection falls due when those moved there pass a quarter of the heap's
+    tracked objects), with their 8 commonest types."""
+    out: dict[str, object] = {}
+    for generation in range(3):
+        objects = gc.get_objects(generation)
+        kinds: dict[str, int] = {}
+        for o in objects:
+            name = type(o).__qualname__
+            kinds[name] = kinds.get(name, 0) + 1
+        out[f"gen{generation}"] = len(objects)
+        out[f"gen{generation}.types"] = dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:8])
+        del objects
+    return out
+
+
+def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = False) -> dict[str, object]:
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "..", "support"))
     import gc
@@ -166,6 +183,7 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     from types import SimpleNamespace
 
     import bench_capture  # installs the CPU patches before sglang is imported
+    import step_clock
     import torch
 
     # sglang's cache ops on the CPU pools here (a GPU engine's run on the device) would use an
@@ -217,12 +235,15 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     # action grows by sglang's own ~44 a step, with or without a client). An engine builds its tree
     # over minutes and has run those collections; so does the bench, before it measures.
     gc.collect()
+    if census:  # what survives from now on is all that generation 2 holds (see `census_of`)
+        gc.freeze()
+        out_census: dict[str, object] = {"heap": gc.get_freeze_count()}
 
     stalls: list[float] = []
     cpu: list[float] = []
     phases: list[dict[str, float]] = []
     """Per step: where its time went (the worst step's split is reported)."""
-    gc_pauses: list[float] = []
+    gc_pauses: list[tuple[float, int]] = []
     gc_began = [0.0]
     main_thread = threading.get_ident()
     in_step: dict[str, float] = {}
@@ -233,12 +254,14 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
             gc_began[0] = time.perf_counter()
             return
         pause = time.perf_counter() - gc_began[0]
-        gc_pauses.append(pause)
+        gc_pauses.append((pause, info["generation"]))
         if holds and pause >= 0.005:
             held.append((pause, pause, threading.current_thread().name, f"gc gen {info['generation']}", "(wall)"))
         if threading.get_ident() == main_thread:
             in_step["gc"] = in_step.get("gc", 0.0) + pause
             in_step["gen"] = max(in_step.get("gen", -1), info["generation"])
+        else:  # ended while the step ran: the GIL it held
+            in_step["gc@other"] = in_step.get("gc@other", 0.0) + pause
 
     gc.callbacks.append(gc_timer)
     if REALTIME:
@@ -254,13 +277,17 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     timed(inspector.publisher, "publish", in_step, "publish")
     profiler = cProfile.Profile() if profile else None
     worst_profile = [0.0, ""]
+    clock = step_clock.StepClock()
+    clock.watch_threads()
     wake_at = time.perf_counter()
+    rested = clock.read()
 
     def step() -> None:
-        nonlocal wake_at
+        nonlocal wake_at, rested
         in_step.clear()
         began, began_cpu = time.perf_counter(), time.thread_time()
         late = max(0.0, began - wake_at)
+        woke = clock.read()
         work.ten_changes(rng)
         worked = time.perf_counter()
         if profiler is not None:
@@ -268,10 +295,15 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
         inspector.on_step(scheduler, None)
         if profiler is not None:
             profiler.disable()
+        done = clock.read()
         ended = time.perf_counter()
         stalls.append(late + ended - began)
         cpu.append(time.thread_time() - began_cpu)
-        phases.append({"late": late, "work": worked - began, "on_step": ended - worked, **in_step})
+        # The late start's wait for a CPU (runnable after the sleep; the rest of it is the GIL).
+        late_runq = (woke.runq_ns - rested.runq_ns) / 1e9
+        where = step_clock.split(ended - began, woke, done)
+        phases.append({"late": late, "work": worked - began, "on_step": ended - worked, **in_step, "late.runq": late_runq, **where})
+        rested = done
         if profiler is not None:
             if stalls[-1] > worst_profile[0]:
                 text = io.StringIO()
@@ -287,6 +319,7 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     worst = max(range(len(stalls)), key=stalls.__getitem__)
     out.update({"quiet-max": stalls[worst], "quiet-max.cpu": max(cpu), "quiet-max.split": phases[worst]})
     for action in ACTIONS:
+        clock.watch_threads()  # the request thread may have been restarted
         stalls.clear()
         cpu.clear()
         phases.clear()
@@ -322,10 +355,15 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
         out[action + ".cpu"] = max(cpu)
         out[action + ".split"] = phases[worst]
         out[action + ".profile"] = worst_profile[1]
-        out[action + ".gc"] = max(gc_pauses, default=0.0)
+        out[action + ".gc"] = max((pause for pause, _ in gc_pauses), default=0.0)
         out[action + ".client"] = report[-1] if report else ""
+        out[action + ".full"] = sum(1 for _, generation in gc_pauses if generation == 2)
+        if census:
+            out_census[action] = census_of(gc)
     inspector.publisher.close()
     inspector.server.close()
+    if census:
+        out["census"] = out_census
     if holds:
         out["gil-holds"] = [
             f"{cpu * 1e3:6.1f} self {own * 1e3:6.1f}  [{thread}] {name}  <- {caller}"
@@ -337,15 +375,15 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
 # --- the driver ---------------------------------------------------------------------------
 
 
-def run_variant(site: str | None, n_nodes: int, key_dir: str, profile: bool = False, holds: bool = False) -> dict:
+LOOK_INTO = ("--profile", "--gil-holds", "--gc-census")
+"""Options of the engine side that change what it measures: with --after-only alone."""
+
+
+def run_variant(site: str | None, n_nodes: int, key_dir: str, options: list[str]) -> dict:
     env = dict(os.environ, MCINSPECT_KEY_DIR=key_dir)
     if site:
         env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
-    command = (
-        [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)]
-        + (["--profile"] if profile else [])
-        + (["--gil-holds"] if holds else [])
-    )
+    command = [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes), *options]
     done = subprocess.run(ENGINE_PRIORITY + command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"engine bench failed ({n_nodes} nodes):\n{done.stderr[-3000:]}")
@@ -362,11 +400,21 @@ def install_main() -> str:
     return site
 
 
+COUNTS = ("vcsw", "ivcsw", "majflt")
+
+
 def split_text(split: dict[str, float]) -> str:
-    """A worst step's split, ms: late (GIL back after the sleep), work (the cache changes),
-    on_step and within it capture / contents / publish / lock_wait, gc (collections on the
-    scheduler thread, oldest generation)."""
-    parts = [f"{key} {value * 1e3:.1f}" for key, value in split.items() if key != "gen"]
+    """A worst step's split, ms: late (GIL back after the sleep; late.runq: of it, waiting for
+    a CPU), work (the cache changes), on_step and within it capture / contents / publish /
+    lock_wait, gc (collections on the scheduler thread, oldest generation); then the step's
+    wall (late excluded) as the kernel saw the thread (step_clock.py): cpu, runq, blocked, its
+    voluntary / involuntary switches and major faults, the system's steal (10 ms ticks), the
+    other threads' CPU (`cpu@name:tid`)."""
+    parts = [
+        f"{key} {value:.0f}" if key in COUNTS else f"{key} {value * 1e3:.1f}"
+        for key, value in split.items()
+        if key != "gen" and not (key == "majflt" and not value)
+    ]
     return ", ".join(parts) + (f" (gen {split['gen']:.0f})" if "gen" in split else "")
 
 
@@ -376,13 +424,15 @@ def main(args: list[str]) -> None:
     each action's worst step; it slows every step, so its walls are not the figures), --gil-holds
     (with --after-only: the request and publisher threads' calls that ran 5 ms or more, and the
     cyclic GC pauses as long, on any thread; the profile hook slows those threads and adds its
-    own time to the Python frames' self time, so only C calls and short frames are telling)."""
+    own time to the Python frames' self time, so only C calls and short frames are telling),
+    --gc-census (with --after-only: `gc.freeze()` after the build, then after each action the
+    tracked objects that survived since, by generation and type: what brings a full collection
+    due; frozen, the heap is no longer walked, so its walls are not the figures)."""
     before_site = None
     if args[:1] == ["--before-site"]:
         before_site, args = args[1], args[2:]
     after_only = "--after-only" in args
-    profile = "--profile" in args
-    holds = "--gil-holds" in args
+    options = [a for a in args if a in LOOK_INTO] if after_only else []
     sizes = [int(a) for a in args if not a.startswith("--")] or [1_000, 10_000, 100_000]
     if before_site is None and not after_only:
         before_site = install_main()
@@ -395,11 +445,13 @@ def main(args: list[str]) -> None:
     for n in sizes:
         before = None
         if not after_only:
-            before = run_variant(before_site, n, key_dir)
+            before = run_variant(before_site, n, key_dir, [])
             print(f"  before, {n} nodes: {json.dumps({k: v for k, v in before.items() if not k.endswith('.profile')})}", flush=True)
-        after = run_variant(None, n, key_dir, profile and after_only, holds and after_only)
+        after = run_variant(None, n, key_dir, options)
         for line in after.get("gil-holds", []):
             print("    gil hold:", line, flush=True)
+        if "census" in after:
+            print(f"    gc census (survivors since the build's freeze): {json.dumps(after['census'])}", flush=True)
         for action in ("quiet", "quiet-max", *ACTIONS):
             b = before or {action: float("nan"), action + ".cpu": float("nan")}
             walls = f"{b[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
@@ -410,7 +462,12 @@ def main(args: list[str]) -> None:
             if before is not None:
                 print(f"      {action} before: {split_text(before[action + '.split'])}", flush=True)
             print(f"      {action} after: {split_text(after[action + '.split'])}", flush=True)
-        gcs = ", ".join(f"{a} {(before or after)[a + '.gc'] * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}" for a in ACTIONS)
+        b = before or {}
+        gcs = ", ".join(
+            f"{a} {b.get(a + '.gc', float('nan')) * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}"
+            f" ({b.get(a + '.full', '-')} / {after[a + '.full']} full)"
+            for a in ACTIONS
+        )
         print(f"    longest cyclic GC pause during each action (any thread), ms before / after: {gcs}", flush=True)
         for action in ACTIONS:
             print(
@@ -424,6 +481,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--client"]:
         client(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1:2] == ["--engine"]:
-        print(json.dumps(engine(int(sys.argv[2]), "--profile" in sys.argv[3:], "--gil-holds" in sys.argv[3:])), flush=True)
+        flags = sys.argv[3:]
+        print(json.dumps(engine(int(sys.argv[2]), "--profile" in flags, "--gil-holds" in flags, "--gc-census" in flags)), flush=True)
     else:
         main(sys.argv[1:])
