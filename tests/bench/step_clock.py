@@ -6,6 +6,7 @@ asleep in the kernel while it wanted to run on, which in a Python thread that ta
 its own is waiting for the GIL (a voluntary switch each), or a page fault that waits for I/O.
 On a VM the hypervisor may take the CPU away from the whole guest (`steal`, system-wide, in
 ticks of 10 ms): the thread's CPU clock does not run then, so that time shows up as blocked.
+Blocked with no switch at all is that: the thread never left the CPU as far as the guest knows.
 What the process's other threads ran meanwhile says who had the GIL (or the CPU); their CPU
 comes from schedstat, which lags up to a scheduler tick for a thread that is running.
 
@@ -81,7 +82,8 @@ class StepClock:
 
 def split(wall_s: float, start: Reading, end: Reading) -> dict[str, float]:
     """The interval's wall split (seconds, counts as floats): cpu, runq, blocked (the rest),
-    switches, major faults, system steal, and the other threads' CPU above 1 ms (`cpu@NAME`)."""
+    switches, major faults, and the other threads' CPU above 1 ms (`cpu@NAME`). Steal is left
+    out: the kernel adds it to /proc/stat at its next tick, after the interval (`steal_after`)."""
     cpu, runq = (end.run_ns - start.run_ns) / 1e9, (end.runq_ns - start.runq_ns) / 1e9
     out = {
         "cpu": cpu,
@@ -90,10 +92,15 @@ def split(wall_s: float, start: Reading, end: Reading) -> dict[str, float]:
         "vcsw": float(end.voluntary - start.voluntary),
         "ivcsw": float(end.involuntary - start.involuntary),
         "majflt": float(end.major_faults - start.major_faults),
-        "steal": (end.steal_ns - start.steal_ns) / 1e9,
     }
     for name, ns in end.others.items():
         spent = (ns - start.others.get(name, ns)) / 1e9
         if spent >= 0.001:
             out["cpu@" + name] = spent
     return out
+
+
+def steal_between(start: Reading, end: Reading) -> float:
+    """The system's steal (seconds, both CPUs, in ticks) from `start` to `end`: read at the next
+    step's start, it covers the step and the sleep after it, by which the kernel has counted it."""
+    return (end.steal_ns - start.steal_ns) / 1e9
