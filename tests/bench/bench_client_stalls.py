@@ -172,7 +172,29 @@ def census_of(gc: Any) -> dict[str, object]:
     return out
 
 
-def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = False) -> dict[str, object]:
+def kernel_waits(path: str, since: float, until: float) -> list[str]:
+    """The stack sampler's samples of the scheduler thread asleep between `since` and `until`
+    (monotonic s), as 'count x state frames', commonest first (stack_sampler.py)."""
+    counts: dict[str, int] = {}
+    with open(path) as samples:
+        for line in samples:
+            at, where = line.split(" ", 1)
+            if since <= float(at) <= until:
+                counts[where.strip()] = counts.get(where.strip(), 0) + 1
+    return [f"{n} x {where}" for where, n in sorted(counts.items(), key=lambda kv: -kv[1])[:6]]
+
+
+def census_mcinspect(gc: Any) -> dict[str, int]:
+    """The frozen heap's tracked objects of mcinspect's own types, by type."""
+    kinds: dict[str, int] = {}
+    for o in gc.get_objects():
+        kind = type(o)
+        if kind.__module__.startswith("mcinspect"):
+            kinds[kind.__qualname__] = kinds.get(kind.__qualname__, 0) + 1
+    return kinds
+
+
+def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = False, stacks: bool = False) -> dict[str, object]:
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "..", "support"))
     import gc
@@ -235,9 +257,15 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
     # action grows by sglang's own ~44 a step, with or without a client). An engine builds its tree
     # over minutes and has run those collections; so does the bench, before it measures.
     gc.collect()
+    # What a full collection of this heap costs, wherever it falls (all of it the scheduler's:
+    # it holds the GIL): timed once more, now that the build's garbage is gone.
+    began = time.perf_counter()
+    gc.collect()
+    full_gc = {"full-gc": time.perf_counter() - began, "tracked": len(gc.get_objects())}
     if census:  # what survives from now on is all that generation 2 holds (see `census_of`)
+        out_census: dict[str, object] = {"heap.mcinspect": census_mcinspect(gc)}
         gc.freeze()
-        out_census: dict[str, object] = {"heap": gc.get_freeze_count()}
+        out_census["heap"] = gc.get_freeze_count()
 
     stalls: list[float] = []
     cpu: list[float] = []
@@ -286,6 +314,12 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
     worst_profile = [0.0, ""]
     clock = step_clock.StepClock()
     clock.watch_threads()
+    spans: list[tuple[float, float]] = []
+    """Per step: from when it should have started (its wake-up) to its end, monotonic s."""
+    if stacks:  # between the scheduler thread and the process's other real-time threads
+        stacks_path = os.path.join(tempfile.mkdtemp(prefix="mcinspect-stacks-"), "samples")
+        sampler_command = [sys.executable, os.path.join(HERE, "stack_sampler.py"), str(os.getpid()), str(threading.get_native_id())]
+        sampler = subprocess.Popen(["chrt", "-f", "25", *sampler_command, stacks_path] if REALTIME else [*sampler_command, stacks_path])
     wake_at = time.perf_counter()
     rested = last_woke = clock.read()
 
@@ -315,6 +349,7 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         late_runq = (woke.runq_ns - rested.runq_ns) / 1e9
         where = step_clock.split(ended - began, woke, done)
         phases.append({"late": late, "work": worked - began, "on_step": ended - worked, **in_step, "late.runq": late_runq, **where})
+        spans.append((began - late, ended))
         rested = done
         if profiler is not None:
             if stalls[-1] > worst_profile[0]:
@@ -331,11 +366,14 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
 
     for _ in range(100):
         step()
-    out: dict[str, object] = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu)}
+    out: dict[str, object] = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu), **full_gc}
     worst = max(range(len(stalls)), key=stalls.__getitem__)
     out.update({"quiet-max": stalls[worst], "quiet-max.cpu": max(cpu), "quiet-max.split": phases[worst]})
+    if stacks:
+        out["quiet-max.stacks"] = kernel_waits(stacks_path, *spans[worst])
     for action in ACTIONS:
         clock.watch_threads()  # the request thread may have been restarted
+        spans.clear()
         stalls.clear()
         cpu.clear()
         phases.clear()
@@ -374,12 +412,16 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         out[action + ".gc"] = max((pause for pause, _ in gc_pauses), default=0.0)
         out[action + ".client"] = report[-1] if report else ""
         out[action + ".full"] = sum(1 for _, generation in gc_pauses if generation == 2)
+        if stacks:
+            out[action + ".stacks"] = kernel_waits(stacks_path, *spans[worst])
         if census:
             out_census[action] = census_of(gc)
     inspector.publisher.close()
     inspector.server.close()
     if census:
         out["census"] = out_census
+    if stacks:
+        sampler.kill()
     if holds:
         out["gil-holds"] = [
             f"{cpu * 1e3:6.1f} self {own * 1e3:6.1f}  [{thread}] {name}  <- {caller}"
@@ -391,7 +433,7 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
 # --- the driver ---------------------------------------------------------------------------
 
 
-LOOK_INTO = ("--profile", "--gil-holds", "--gc-census")
+LOOK_INTO = ("--profile", "--gil-holds", "--gc-census", "--kernel-stacks")
 """Options of the engine side that change what it measures: with --after-only alone."""
 
 
@@ -443,7 +485,9 @@ def main(args: list[str]) -> None:
     own time to the Python frames' self time, so only C calls and short frames are telling),
     --gc-census (with --after-only: `gc.freeze()` after the build, then after each action the
     tracked objects that survived since, by generation and type: what brings a full collection
-    due; frozen, the heap is no longer walked, so its walls are not the figures)."""
+    due; frozen, the heap is no longer walked, so its walls are not the figures), --kernel-stacks
+    (with --after-only: where in the kernel the scheduler thread slept during each action's worst
+    step, sampled from another process every 0.5 ms: stack_sampler.py; needs root)."""
     before_site = None
     if args[:1] == ["--before-site"]:
         before_site, args = args[1], args[2:]
@@ -478,7 +522,14 @@ def main(args: list[str]) -> None:
             if before is not None:
                 print(f"      {action} before: {split_text(before[action + '.split'])}", flush=True)
             print(f"      {action} after: {split_text(after[action + '.split'])}", flush=True)
+            for line in after.get(action + ".stacks", []):
+                print(f"        asleep in the kernel: {line}", flush=True)
         b = before or {}
+        print(
+            f"    a full collection of the built heap, ms before / after: {b.get('full-gc', float('nan')) * 1e3:.0f}"
+            f" / {after['full-gc'] * 1e3:.0f} ({b.get('tracked', '-')} / {after['tracked']} tracked objects)",
+            flush=True,
+        )
         gcs = ", ".join(
             f"{a} {b.get(a + '.gc', float('nan')) * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}"
             f" ({b.get(a + '.full', '-')} / {after[a + '.full']} full)"
@@ -498,6 +549,7 @@ if __name__ == "__main__":
         client(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1:2] == ["--engine"]:
         flags = sys.argv[3:]
-        print(json.dumps(engine(int(sys.argv[2]), "--profile" in flags, "--gil-holds" in flags, "--gc-census" in flags)), flush=True)
+        result = engine(int(sys.argv[2]), "--profile" in flags, "--gil-holds" in flags, "--gc-census" in flags, "--kernel-stacks" in flags)
+        print(json.dumps(result), flush=True)
     else:
         main(sys.argv[1:])
