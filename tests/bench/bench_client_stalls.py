@@ -11,8 +11,14 @@ threads encode while holding it); the engine side runs at real-time priority whe
 set it, so that other processes on a shared machine do not preempt it, and its scheduler thread
 above its own other threads (SCHEDULER_PRIORITY), with sglang's torch ops on one thread
 (SINGLE_OMP_THREAD): on 2 cores either of them otherwise measures the core, not the inspector. The thread's own CPU time
-per step is printed beside it. Each client action runs in a child process through
-the real client (Session / Requester over the CURVE transport), as `mcinspect` would:
+per step is printed beside it, and each worst step's wall as the kernel saw the thread
+(step_clock.py): its CPU, waits for a CPU (runq), the rest (blocked: with voluntary switches a
+GIL wait, with none the hypervisor taking the vCPU away), the other threads' CPU. On this
+machine (a Firecracker microVM) the host takes a vCPU away for ~7 ms at a time now and then
+(steal): a busy loop alone shows it, so each size first runs "the machine alone", the scheduler
+thread's duty cycle in pure Python with no engine, as the control. Each client action runs in a
+child process through the real client (Session / Requester over the CURVE transport), as
+`mcinspect` would:
 
 - attach: the first client after the tree grew unwatched (its first full state), then follows
   the live stream;
@@ -430,6 +436,37 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
     return out
 
 
+# --- the machine alone (a child process) ---------------------------------------------------
+
+MACHINE_STEPS = 1000
+
+
+def machine() -> dict[str, float]:
+    """The machine's own stalls, with no engine and no inspector: the scheduler thread's duty
+    cycle (5 ms of pure Python, a sleep to a 10 ms step) at its priority. A step's wall beyond
+    its CPU, with no switch, is time the hypervisor took the vCPU (steal)."""
+    sys.path.insert(0, HERE)
+    import step_clock
+
+    if REALTIME:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(SCHEDULER_PRIORITY))
+    clock = step_clock.StepClock()
+    first = clock.read()
+    worst, worst_split, hiccups = 0.0, {}, 0
+    for _ in range(MACHINE_STEPS):
+        woke, began = clock.read(), time.perf_counter()
+        x = 0
+        while time.perf_counter() - began < STEP_S / 2:
+            x += sum(range(200))
+        done, ended = clock.read(), time.perf_counter()
+        where = step_clock.split(ended - began, woke, done)
+        hiccups += ended - began - where["cpu"] > 0.003
+        if ended - began > worst:
+            worst, worst_split = ended - began, where
+        time.sleep(max(0.0, began + STEP_S - time.perf_counter()))
+    return {"worst": worst, "hiccups": hiccups, "steal": step_clock.steal_between(first, clock.read()), **worst_split}
+
+
 # --- the driver ---------------------------------------------------------------------------
 
 
@@ -503,6 +540,14 @@ def main(args: list[str]) -> None:
     )
     print(f"{'action':>11} {'nodes':>7} {'before wall':>12} {'after wall':>11} {'before cpu':>11} {'after cpu':>10}")
     for n in sizes:
+        probe = subprocess.run(ENGINE_PRIORITY + [sys.executable, os.path.abspath(__file__), "--machine"], capture_output=True, text=True)
+        alone = json.loads(probe.stdout.strip().splitlines()[-1])
+        print(
+            f"  the machine alone ({MACHINE_STEPS} steps of 5 ms pure Python, no engine): worst step {alone['worst'] * 1e3:.1f} ms"
+            f" ({split_text({k: v for k, v in alone.items() if k not in ('worst', 'hiccups', 'steal')})}),"
+            f" {alone['hiccups']} steps with > 3 ms of wall beyond their CPU, system steal {alone['steal'] * 1e3:.0f} ms",
+            flush=True,
+        )
         before = None
         if not after_only:
             before = run_variant(before_site, n, key_dir, [])
@@ -545,7 +590,9 @@ def main(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--client"]:
+    if sys.argv[1:2] == ["--machine"]:
+        print(json.dumps(machine()), flush=True)
+    elif sys.argv[1:2] == ["--client"]:
         client(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1:2] == ["--engine"]:
         flags = sys.argv[3:]
