@@ -195,7 +195,8 @@ def census_mcinspect(gc: Any) -> dict[str, int]:
     kinds: dict[str, int] = {}
     for o in gc.get_objects():
         kind = type(o)
-        if kind.__module__.startswith("mcinspect"):
+        module = kind.__module__  # a descriptor on a few metaclasses' instances
+        if isinstance(module, str) and module.startswith("mcinspect"):
             kinds[kind.__qualname__] = kinds.get(kind.__qualname__, 0) + 1
     return kinds
 
