@@ -388,6 +388,9 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         worst_profile[:] = [0.0, ""]
         command = [sys.executable, os.path.abspath(__file__), "--client", action, str(port)]
         child = subprocess.Popen(CLIENT_PRIORITY + command, stdout=subprocess.PIPE, text=True)
+        # The bench's own gap between actions (reports, a census, starting the client: a fork of
+        # this 1 GB process) is no step's: the first step is due now, not at the last one's end.
+        wake_at, rested = time.perf_counter(), clock.read()
         connected_at = None
         disturbed = False
         lines = []
