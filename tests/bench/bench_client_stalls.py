@@ -103,16 +103,16 @@ def client(action: str, port: int) -> None:
 
 
 class TimedLock:
-    """The inspector's lock, adding the scheduler thread's waits for it to the step's split."""
+    """A lock of the inspector's, adding the scheduler thread's waits for it to the step's split."""
 
-    def __init__(self, lock: Any, into: dict[str, float], thread: int) -> None:
-        self._lock, self._into, self._thread = lock, into, thread
+    def __init__(self, lock: Any, into: dict[str, float], thread: int, key: str = "lock_wait") -> None:
+        self._lock, self._into, self._thread, self._key = lock, into, thread, key
 
     def __enter__(self) -> bool:
         began = time.perf_counter()
         got = self._lock.acquire()
         if threading.get_ident() == self._thread:
-            self._into["lock_wait"] = self._into.get("lock_wait", 0.0) + time.perf_counter() - began
+            self._into[self._key] = self._into.get(self._key, 0.0) + time.perf_counter() - began
         return got
 
     def __exit__(self, *exc: object) -> None:
@@ -314,6 +314,8 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(SCHEDULER_PRIORITY))
     lock = inspector._lock
     inspector._lock = TimedLock(lock, in_step, main_thread)
+    # The publisher's counters, which each captured step's Counters read.
+    inspector.publisher._counter_lock = TimedLock(inspector.publisher._counter_lock, in_step, main_thread, "counter_wait")
     timed(inspector.capture, "step", in_step, "capture")
     timed(inspector.contents, "capture", in_step, "contents")
     timed(inspector.publisher, "publish", in_step, "publish")
@@ -507,8 +509,9 @@ def split_text(split: dict[str, float]) -> str:
     a CPU), work (the cache changes), on_step and within it capture / contents / publish /
     lock_wait, gc (collections on the scheduler thread, oldest generation); then the step's
     wall (late excluded) as the kernel saw the thread (step_clock.py): cpu, runq, blocked, its
-    voluntary / involuntary switches and major faults, the system's steal (10 ms ticks), the
-    other threads' CPU (`cpu@name:tid`)."""
+    voluntary / involuntary switches and major faults, the other threads' CPU (`cpu@name:tid`),
+    the system's steal over the step and the sleep after it (10 ms ticks); counter_wait: the
+    scheduler thread's wait for the publisher's counter lock."""
     parts = [
         f"{key} {value:.0f}" if key in COUNTS else f"{key} {value * 1e3:.1f}"
         for key, value in split.items()
