@@ -363,7 +363,8 @@ class Capture:
     def _advance(self, catch_up: CatchUp) -> bool:
         """Read the catch-up's nodes, then rebuild its slots, in chunks until the step's budget
         is spent (at least one chunk of each a step, so both finish while the tree changes);
-        True when nothing is left (the step then publishes it all)."""
+        True when nothing is left (the step then publishes it all), unless the reads took more
+        than half the budget: then the next step publishes (once; CatchUp.publish_next)."""
         assert self._budget_s is not None
         deadline = time.perf_counter() + self._budget_s
         catch_up.steps += 1
@@ -382,6 +383,9 @@ class Capture:
             catch_up.claims.update(self._reclaim(slots, self._free))  # the baseline's inputs: see catch_up.py
             if time.perf_counter() >= deadline:
                 break
+        if catch_up.done and not catch_up.publish_next and time.perf_counter() >= deadline - self._budget_s / 2:
+            catch_up.publish_next = True  # reads and publishing in one step made the worst step (catch_up.py)
+            return False
         return catch_up.done
 
     def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[Rid], set[int]]:

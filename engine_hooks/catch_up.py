@@ -120,6 +120,9 @@ class CatchUp:
     owner_changes: set[int] = field(default_factory=set)
     """Slots whose tree owner changed during the catch-up (Capture.owner_changes)."""
     steps: int = 0
+    publish_next: bool = False
+    """The last reads filled a step: the publishing (the delta's wrap-up and the contents of
+    every slot that moved, several ms each at 100k nodes) waits for the next step, once."""
 
     def mark(self, marks: set[int], tail: Sequence[int], everything: bool, baseline: list[Mapping[int, Any]]) -> None:
         """Add a step's nodes to read: `marks`, the arena's `tail` (new since the last step), or with

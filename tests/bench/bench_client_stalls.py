@@ -11,8 +11,14 @@ threads encode while holding it); the engine side runs at real-time priority whe
 set it, so that other processes on a shared machine do not preempt it, and its scheduler thread
 above its own other threads (SCHEDULER_PRIORITY), with sglang's torch ops on one thread
 (SINGLE_OMP_THREAD): on 2 cores either of them otherwise measures the core, not the inspector. The thread's own CPU time
-per step is printed beside it. Each client action runs in a child process through
-the real client (Session / Requester over the CURVE transport), as `mcinspect` would:
+per step is printed beside it, and each worst step's wall as the kernel saw the thread
+(step_clock.py): its CPU, waits for a CPU (runq), the rest (blocked: with voluntary switches a
+GIL wait, with none the hypervisor taking the vCPU away), the other threads' CPU. On this
+machine (a Firecracker microVM) the host takes a vCPU away for ~7 ms at a time now and then
+(steal): a busy loop alone shows it, so each size first runs "the machine alone", the scheduler
+thread's duty cycle in pure Python with no engine, as the control. Each client action runs in a
+child process through the real client (Session / Requester over the CURVE transport), as
+`mcinspect` would:
 
 - attach: the first client after the tree grew unwatched (its first full state), then follows
   the live stream;
@@ -97,16 +103,16 @@ def client(action: str, port: int) -> None:
 
 
 class TimedLock:
-    """The inspector's lock, adding the scheduler thread's waits for it to the step's split."""
+    """A lock of the inspector's, adding the scheduler thread's waits for it to the step's split."""
 
-    def __init__(self, lock: Any, into: dict[str, float], thread: int) -> None:
-        self._lock, self._into, self._thread = lock, into, thread
+    def __init__(self, lock: Any, into: dict[str, float], thread: int, key: str = "lock_wait") -> None:
+        self._lock, self._into, self._thread, self._key = lock, into, thread, key
 
     def __enter__(self) -> bool:
         began = time.perf_counter()
         got = self._lock.acquire()
         if threading.get_ident() == self._thread:
-            self._into["lock_wait"] = self._into.get("lock_wait", 0.0) + time.perf_counter() - began
+            self._into[self._key] = self._into.get(self._key, 0.0) + time.perf_counter() - began
         return got
 
     def __exit__(self, *exc: object) -> None:
@@ -155,7 +161,47 @@ def gil_holds(into: list[tuple[float, float, str, str, str]], min_s: float = 0.0
     threading.setprofile(profiler)
 
 
-def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object]:
+def census_of(gc: Any) -> dict[str, object]:
+    """Tracked objects in each generation after `gc.freeze()`: generation 2's are the survivors
+    since (a full collection falls due when those moved there pass a quarter of the heap's
+    tracked objects), with their 8 commonest types."""
+    out: dict[str, object] = {}
+    for generation in range(3):
+        objects = gc.get_objects(generation)
+        kinds: dict[str, int] = {}
+        for o in objects:
+            name = type(o).__qualname__
+            kinds[name] = kinds.get(name, 0) + 1
+        out[f"gen{generation}"] = len(objects)
+        out[f"gen{generation}.types"] = dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:8])
+        del objects
+    return out
+
+
+def kernel_waits(path: str, since: float, until: float) -> list[str]:
+    """The stack sampler's samples of the scheduler thread asleep between `since` and `until`
+    (monotonic s), as 'count x state frames', commonest first (stack_sampler.py)."""
+    counts: dict[str, int] = {}
+    with open(path) as samples:
+        for line in samples:
+            at, where = line.split(" ", 1)
+            if since <= float(at) <= until:
+                counts[where.strip()] = counts.get(where.strip(), 0) + 1
+    return [f"{n} x {where}" for where, n in sorted(counts.items(), key=lambda kv: -kv[1])[:6]]
+
+
+def census_mcinspect(gc: Any) -> dict[str, int]:
+    """The frozen heap's tracked objects of mcinspect's own types, by type."""
+    kinds: dict[str, int] = {}
+    for o in gc.get_objects():
+        kind = type(o)
+        module = kind.__module__  # a descriptor on a few metaclasses' instances
+        if isinstance(module, str) and module.startswith("mcinspect"):
+            kinds[kind.__qualname__] = kinds.get(kind.__qualname__, 0) + 1
+    return kinds
+
+
+def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = False, stacks: bool = False) -> dict[str, object]:
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "..", "support"))
     import gc
@@ -166,6 +212,7 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     from types import SimpleNamespace
 
     import bench_capture  # installs the CPU patches before sglang is imported
+    import step_clock
     import torch
 
     # sglang's cache ops on the CPU pools here (a GPU engine's run on the device) would use an
@@ -217,28 +264,46 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     # action grows by sglang's own ~44 a step, with or without a client). An engine builds its tree
     # over minutes and has run those collections; so does the bench, before it measures.
     gc.collect()
+    # What a full collection of this heap costs, wherever it falls (all of it the scheduler's:
+    # it holds the GIL): timed once more, now that the build's garbage is gone.
+    began = time.perf_counter()
+    gc.collect()
+    full_gc = {"full-gc": time.perf_counter() - began, "tracked": len(gc.get_objects())}
+    if census:  # what survives from now on is all that generation 2 holds (see `census_of`)
+        out_census: dict[str, object] = {"heap.mcinspect": census_mcinspect(gc)}
+        gc.freeze()
+        out_census["heap"] = gc.get_freeze_count()
 
     stalls: list[float] = []
     cpu: list[float] = []
     phases: list[dict[str, float]] = []
     """Per step: where its time went (the worst step's split is reported)."""
-    gc_pauses: list[float] = []
+    gc_pauses: list[tuple[float, int]] = []
     gc_began = [0.0]
     main_thread = threading.get_ident()
     in_step: dict[str, float] = {}
     """The running step's cyclic GC time on the scheduler thread, and the oldest generation."""
+    timing = [False]
+    untimed = [0.0]
+    """Collections on the scheduler thread outside a step's timed part: one set off by the
+    bench's own bookkeeping (a step's split is a new dict) is due all the same, and would have
+    fallen in the engine's step: added to the step before it (`gc.untimed`)."""
 
     def gc_timer(phase: str, info: dict) -> None:  # Python's cyclic collections, any thread
         if phase == "start":
             gc_began[0] = time.perf_counter()
             return
         pause = time.perf_counter() - gc_began[0]
-        gc_pauses.append(pause)
+        gc_pauses.append((pause, info["generation"]))
         if holds and pause >= 0.005:
             held.append((pause, pause, threading.current_thread().name, f"gc gen {info['generation']}", "(wall)"))
-        if threading.get_ident() == main_thread:
+        if threading.get_ident() == main_thread and not timing[0]:
+            untimed[0] += pause
+        elif threading.get_ident() == main_thread:
             in_step["gc"] = in_step.get("gc", 0.0) + pause
             in_step["gen"] = max(in_step.get("gen", -1), info["generation"])
+        else:  # ended while the step ran: the GIL it held
+            in_step["gc@other"] = in_step.get("gc@other", 0.0) + pause
 
     gc.callbacks.append(gc_timer)
     if REALTIME:
@@ -249,18 +314,34 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(SCHEDULER_PRIORITY))
     lock = inspector._lock
     inspector._lock = TimedLock(lock, in_step, main_thread)
+    # The publisher's counters, which each captured step's Counters read.
+    inspector.publisher._counter_lock = TimedLock(inspector.publisher._counter_lock, in_step, main_thread, "counter_wait")
     timed(inspector.capture, "step", in_step, "capture")
     timed(inspector.contents, "capture", in_step, "contents")
     timed(inspector.publisher, "publish", in_step, "publish")
     profiler = cProfile.Profile() if profile else None
     worst_profile = [0.0, ""]
+    clock = step_clock.StepClock()
+    clock.watch_threads()
+    spans: list[tuple[float, float]] = []
+    """Per step: from when it should have started (its wake-up) to its end, monotonic s."""
+    if stacks:  # between the scheduler thread and the process's other real-time threads
+        stacks_path = os.path.join(tempfile.mkdtemp(prefix="mcinspect-stacks-"), "samples")
+        sampler_command = [sys.executable, os.path.join(HERE, "stack_sampler.py"), str(os.getpid()), str(threading.get_native_id())]
+        sampler = subprocess.Popen(["chrt", "-f", "25", *sampler_command, stacks_path] if REALTIME else [*sampler_command, stacks_path])
     wake_at = time.perf_counter()
+    rested = last_woke = clock.read()
 
     def step() -> None:
-        nonlocal wake_at
+        nonlocal wake_at, rested, last_woke
         in_step.clear()
         began, began_cpu = time.perf_counter(), time.thread_time()
         late = max(0.0, began - wake_at)
+        woke = clock.read()
+        if phases:  # the previous step's, now that the kernel has counted it
+            phases[-1]["steal"] = step_clock.steal_between(last_woke, woke)
+        last_woke = woke
+        timing[0] = True
         work.ten_changes(rng)
         worked = time.perf_counter()
         if profiler is not None:
@@ -268,25 +349,40 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
         inspector.on_step(scheduler, None)
         if profiler is not None:
             profiler.disable()
+        timing[0] = False
+        done = clock.read()
         ended = time.perf_counter()
         stalls.append(late + ended - began)
         cpu.append(time.thread_time() - began_cpu)
-        phases.append({"late": late, "work": worked - began, "on_step": ended - worked, **in_step})
+        # The late start's wait for a CPU (runnable after the sleep; the rest of it is the GIL).
+        late_runq = (woke.runq_ns - rested.runq_ns) / 1e9
+        where = step_clock.split(ended - began, woke, done)
+        phases.append({"late": late, "work": worked - began, "on_step": ended - worked, **in_step, "late.runq": late_runq, **where})
+        spans.append((began - late, ended))
+        rested = done
         if profiler is not None:
             if stalls[-1] > worst_profile[0]:
                 text = io.StringIO()
                 pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
                 worst_profile[:] = [stalls[-1], text.getvalue()]
             profiler.clear()
+        if untimed[0]:
+            stalls[-1] += untimed[0]
+            phases[-1]["gc.untimed"] = untimed[0]
+            untimed[0] = 0.0
         wake_at = max(ended, began + STEP_S - late)
         time.sleep(max(0.0, wake_at - time.perf_counter()))
 
     for _ in range(100):
         step()
-    out: dict[str, object] = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu)}
+    out: dict[str, object] = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu), **full_gc}
     worst = max(range(len(stalls)), key=stalls.__getitem__)
     out.update({"quiet-max": stalls[worst], "quiet-max.cpu": max(cpu), "quiet-max.split": phases[worst]})
+    if stacks:
+        out["quiet-max.stacks"] = kernel_waits(stacks_path, *spans[worst])
     for action in ACTIONS:
+        clock.watch_threads()  # the request thread may have been restarted
+        spans.clear()
         stalls.clear()
         cpu.clear()
         phases.clear()
@@ -294,6 +390,9 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
         worst_profile[:] = [0.0, ""]
         command = [sys.executable, os.path.abspath(__file__), "--client", action, str(port)]
         child = subprocess.Popen(CLIENT_PRIORITY + command, stdout=subprocess.PIPE, text=True)
+        # The bench's own gap between actions (reports, a census, starting the client: a fork of
+        # this 1 GB process) is no step's: the first step is due now, not at the last one's end.
+        wake_at, rested = time.perf_counter(), clock.read()
         connected_at = None
         disturbed = False
         lines = []
@@ -322,10 +421,19 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
         out[action + ".cpu"] = max(cpu)
         out[action + ".split"] = phases[worst]
         out[action + ".profile"] = worst_profile[1]
-        out[action + ".gc"] = max(gc_pauses, default=0.0)
+        out[action + ".gc"] = max((pause for pause, _ in gc_pauses), default=0.0)
         out[action + ".client"] = report[-1] if report else ""
+        out[action + ".full"] = sum(1 for _, generation in gc_pauses if generation == 2)
+        if stacks:
+            out[action + ".stacks"] = kernel_waits(stacks_path, *spans[worst])
+        if census:
+            out_census[action] = census_of(gc)
     inspector.publisher.close()
     inspector.server.close()
+    if census:
+        out["census"] = out_census
+    if stacks:
+        sampler.kill()
     if holds:
         out["gil-holds"] = [
             f"{cpu * 1e3:6.1f} self {own * 1e3:6.1f}  [{thread}] {name}  <- {caller}"
@@ -334,18 +442,49 @@ def engine(n_nodes: int, profile: bool, holds: bool = False) -> dict[str, object
     return out
 
 
+# --- the machine alone (a child process) ---------------------------------------------------
+
+MACHINE_STEPS = 1000
+
+
+def machine() -> dict[str, float]:
+    """The machine's own stalls, with no engine and no inspector: the scheduler thread's duty
+    cycle (5 ms of pure Python, a sleep to a 10 ms step) at its priority. A step's wall beyond
+    its CPU, with no switch, is time the hypervisor took the vCPU (steal)."""
+    sys.path.insert(0, HERE)
+    import step_clock
+
+    if REALTIME:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(SCHEDULER_PRIORITY))
+    clock = step_clock.StepClock()
+    first = clock.read()
+    worst, worst_split, hiccups = 0.0, {}, 0
+    for _ in range(MACHINE_STEPS):
+        woke, began = clock.read(), time.perf_counter()
+        x = 0
+        while time.perf_counter() - began < STEP_S / 2:
+            x += sum(range(200))
+        done, ended = clock.read(), time.perf_counter()
+        where = step_clock.split(ended - began, woke, done)
+        hiccups += ended - began - where["cpu"] > 0.003
+        if ended - began > worst:
+            worst, worst_split = ended - began, where
+        time.sleep(max(0.0, began + STEP_S - time.perf_counter()))
+    return {"worst": worst, "hiccups": hiccups, "steal": step_clock.steal_between(first, clock.read()), **worst_split}
+
+
 # --- the driver ---------------------------------------------------------------------------
 
 
-def run_variant(site: str | None, n_nodes: int, key_dir: str, profile: bool = False, holds: bool = False) -> dict:
+LOOK_INTO = ("--profile", "--gil-holds", "--gc-census", "--kernel-stacks")
+"""Options of the engine side that change what it measures: with --after-only alone."""
+
+
+def run_variant(site: str | None, n_nodes: int, key_dir: str, options: list[str]) -> dict:
     env = dict(os.environ, MCINSPECT_KEY_DIR=key_dir)
     if site:
         env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
-    command = (
-        [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes)]
-        + (["--profile"] if profile else [])
-        + (["--gil-holds"] if holds else [])
-    )
+    command = [sys.executable, os.path.abspath(__file__), "--engine", str(n_nodes), *options]
     done = subprocess.run(ENGINE_PRIORITY + command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"engine bench failed ({n_nodes} nodes):\n{done.stderr[-3000:]}")
@@ -362,11 +501,22 @@ def install_main() -> str:
     return site
 
 
+COUNTS = ("vcsw", "ivcsw", "majflt")
+
+
 def split_text(split: dict[str, float]) -> str:
-    """A worst step's split, ms: late (GIL back after the sleep), work (the cache changes),
-    on_step and within it capture / contents / publish / lock_wait, gc (collections on the
-    scheduler thread, oldest generation)."""
-    parts = [f"{key} {value * 1e3:.1f}" for key, value in split.items() if key != "gen"]
+    """A worst step's split, ms: late (GIL back after the sleep; late.runq: of it, waiting for
+    a CPU), work (the cache changes), on_step and within it capture / contents / publish /
+    lock_wait, gc (collections on the scheduler thread, oldest generation); then the step's
+    wall (late excluded) as the kernel saw the thread (step_clock.py): cpu, runq, blocked, its
+    voluntary / involuntary switches and major faults, the other threads' CPU (`cpu@name:tid`),
+    the system's steal over the step and the sleep after it (10 ms ticks); counter_wait: the
+    scheduler thread's wait for the publisher's counter lock."""
+    parts = [
+        f"{key} {value:.0f}" if key in COUNTS else f"{key} {value * 1e3:.1f}"
+        for key, value in split.items()
+        if key != "gen" and not (key == "majflt" and not value)
+    ]
     return ", ".join(parts) + (f" (gen {split['gen']:.0f})" if "gen" in split else "")
 
 
@@ -376,13 +526,17 @@ def main(args: list[str]) -> None:
     each action's worst step; it slows every step, so its walls are not the figures), --gil-holds
     (with --after-only: the request and publisher threads' calls that ran 5 ms or more, and the
     cyclic GC pauses as long, on any thread; the profile hook slows those threads and adds its
-    own time to the Python frames' self time, so only C calls and short frames are telling)."""
+    own time to the Python frames' self time, so only C calls and short frames are telling),
+    --gc-census (with --after-only: `gc.freeze()` after the build, then after each action the
+    tracked objects that survived since, by generation and type: what brings a full collection
+    due; frozen, the heap is no longer walked, so its walls are not the figures), --kernel-stacks
+    (with --after-only: where in the kernel the scheduler thread slept during each action's worst
+    step, sampled from another process every 0.5 ms: stack_sampler.py; needs root)."""
     before_site = None
     if args[:1] == ["--before-site"]:
         before_site, args = args[1], args[2:]
     after_only = "--after-only" in args
-    profile = "--profile" in args
-    holds = "--gil-holds" in args
+    options = [a for a in args if a in LOOK_INTO] if after_only else []
     sizes = [int(a) for a in args if not a.startswith("--")] or [1_000, 10_000, 100_000]
     if before_site is None and not after_only:
         before_site = install_main()
@@ -393,13 +547,23 @@ def main(args: list[str]) -> None:
     )
     print(f"{'action':>11} {'nodes':>7} {'before wall':>12} {'after wall':>11} {'before cpu':>11} {'after cpu':>10}")
     for n in sizes:
+        probe = subprocess.run(ENGINE_PRIORITY + [sys.executable, os.path.abspath(__file__), "--machine"], capture_output=True, text=True)
+        alone = json.loads(probe.stdout.strip().splitlines()[-1])
+        print(
+            f"  the machine alone ({MACHINE_STEPS} steps of 5 ms pure Python, no engine): worst step {alone['worst'] * 1e3:.1f} ms"
+            f" ({split_text({k: v for k, v in alone.items() if k not in ('worst', 'hiccups', 'steal')})}),"
+            f" {alone['hiccups']} steps with > 3 ms of wall beyond their CPU, system steal {alone['steal'] * 1e3:.0f} ms",
+            flush=True,
+        )
         before = None
         if not after_only:
-            before = run_variant(before_site, n, key_dir)
+            before = run_variant(before_site, n, key_dir, [])
             print(f"  before, {n} nodes: {json.dumps({k: v for k, v in before.items() if not k.endswith('.profile')})}", flush=True)
-        after = run_variant(None, n, key_dir, profile and after_only, holds and after_only)
+        after = run_variant(None, n, key_dir, options)
         for line in after.get("gil-holds", []):
             print("    gil hold:", line, flush=True)
+        if "census" in after:
+            print(f"    gc census (survivors since the build's freeze): {json.dumps(after['census'])}", flush=True)
         for action in ("quiet", "quiet-max", *ACTIONS):
             b = before or {action: float("nan"), action + ".cpu": float("nan")}
             walls = f"{b[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
@@ -410,7 +574,19 @@ def main(args: list[str]) -> None:
             if before is not None:
                 print(f"      {action} before: {split_text(before[action + '.split'])}", flush=True)
             print(f"      {action} after: {split_text(after[action + '.split'])}", flush=True)
-        gcs = ", ".join(f"{a} {(before or after)[a + '.gc'] * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}" for a in ACTIONS)
+            for line in after.get(action + ".stacks", []):
+                print(f"        asleep in the kernel: {line}", flush=True)
+        b = before or {}
+        print(
+            f"    a full collection of the built heap, ms before / after: {b.get('full-gc', float('nan')) * 1e3:.0f}"
+            f" / {after['full-gc'] * 1e3:.0f} ({b.get('tracked', '-')} / {after['tracked']} tracked objects)",
+            flush=True,
+        )
+        gcs = ", ".join(
+            f"{a} {b.get(a + '.gc', float('nan')) * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}"
+            f" ({b.get(a + '.full', '-')} / {after[a + '.full']} full)"
+            for a in ACTIONS
+        )
         print(f"    longest cyclic GC pause during each action (any thread), ms before / after: {gcs}", flush=True)
         for action in ACTIONS:
             print(
@@ -421,9 +597,13 @@ def main(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--client"]:
+    if sys.argv[1:2] == ["--machine"]:
+        print(json.dumps(machine()), flush=True)
+    elif sys.argv[1:2] == ["--client"]:
         client(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1:2] == ["--engine"]:
-        print(json.dumps(engine(int(sys.argv[2]), "--profile" in sys.argv[3:], "--gil-holds" in sys.argv[3:])), flush=True)
+        flags = sys.argv[3:]
+        result = engine(int(sys.argv[2]), "--profile" in flags, "--gil-holds" in flags, "--gc-census" in flags, "--kernel-stacks" in flags)
+        print(json.dumps(result), flush=True)
     else:
         main(sys.argv[1:])

@@ -150,6 +150,35 @@ def test_a_mark_overflow_rereads_everything_in_chunks(hooks: tuple[EventSink, Er
     assert errors.total == 0
 
 
+def test_reads_that_filled_a_step_leave_the_publishing_to_the_next_step(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    sink, errors = hooks
+    tree, capture, published = grown_unwatched(sink)  # a budget of 0: every step's reads fill it
+    n, deferred_at = 1, None
+    while (parts := capture.step(Step(n))) is None:
+        if deferred_at is None and capture._catch_up is not None and capture._catch_up.publish_next:
+            deferred_at = n
+            assert capture._catch_up.done  # everything was read: only the publishing was left
+        tree.change()
+        n += 1
+    assert deferred_at == n - 1  # once, then the next step published
+    apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, n)
+    assert errors.total == 0
+
+
+def test_reads_that_left_most_of_the_budget_publish_in_the_same_step(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    sink, _ = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink, budget_s=60.0)
+    published = capture.full_state(Step(0))
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    parts = capture.step(Step(1))
+    assert parts is not None
+    apply_delta(published, parts.to_delta(seq=Seq(1), step=Step(1), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, 1)
+
+
 def test_without_a_budget_a_step_reads_everything_at_once(hooks: tuple[EventSink, ErrorCounter]) -> None:
     sink, _ = hooks
     tree = Tree()
