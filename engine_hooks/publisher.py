@@ -34,10 +34,11 @@ logger = logging.getLogger("mcinspect.engine_hooks")
 
 _POLL_S = 0.1
 """How often the sender thread looks at its stop flag while the queue is empty."""
-BUSY_POLL_S = 0.005
+BUSY_POLL_S = 0.01
 """While deltas flow, the sender thread looks for new ones this often, unasked: waking a
-thread blocked on a queue is a system call of the scheduler's (31 us a step, profiled), and
-this thread needs the GIL at every step anyway. At most this much latency on the stream."""
+thread blocked on a queue is a system call of the scheduler's (31 us a step, profiled). About
+a step of the CPU demo: the thread takes the GIL about as often as when each delta woke it.
+At most this much latency on the stream."""
 IDLE_AFTER_S = 0.5
 """Without a delta for this long the sender thread blocks until `publish` wakes it."""
 
