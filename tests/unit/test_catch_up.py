@@ -166,23 +166,13 @@ def test_reads_that_filled_a_step_leave_the_publishing_to_the_next_step(hooks: t
     assert errors.total == 0
 
 
-def test_reads_that_left_most_of_the_budget_publish_in_the_same_step(hooks: tuple[EventSink, ErrorCounter]) -> None:
+@pytest.mark.parametrize("budget_s", [None, 60.0], ids=["no budget", "reads left most of the budget"])
+def test_a_step_whose_reads_fit_publishes_everything_at_once(hooks: tuple[EventSink, ErrorCounter], budget_s: float | None) -> None:
+    """Without a budget a step reads everything; with one its reads left mostly unspent, the
+    same step publishes (only reads that filled half of it leave that to the next step)."""
     sink, _ = hooks
     tree = Tree()
-    capture = Capture(tree.scheduler, sink, budget_s=60.0)
-    published = capture.full_state(Step(0))
-    for _ in range(GROUPS * PER_GROUP):
-        tree.insert()
-    parts = capture.step(Step(1))
-    assert parts is not None
-    apply_delta(published, parts.to_delta(seq=Seq(1), step=Step(1), events=[], counters=Counters()))
-    assert published == full_read(tree.scheduler, sink, 1)
-
-
-def test_without_a_budget_a_step_reads_everything_at_once(hooks: tuple[EventSink, ErrorCounter]) -> None:
-    sink, _ = hooks
-    tree = Tree()
-    capture = Capture(tree.scheduler, sink)
+    capture = Capture(tree.scheduler, sink, budget_s=budget_s)
     published = capture.full_state(Step(0))
     for _ in range(GROUPS * PER_GROUP):
         tree.insert()
