@@ -208,47 +208,33 @@ FORK_RELEASE_FAULTS = [
 ]
 """The fault rows of each of OLDEST_MRC (0.5.10: its hooks and the faults' applied by registry.py's
 stand-in, no HookRegistry)."""
+DEFERRED_COW_MRC = ("0.5.15", "0.5.14", "0.5.13")
+"""The MambaRadixCache releases with a deferred copy-on-write (no fork at the chunk checkpoint)."""
+DEFERRED_COW_FAULTS = [
+    # fault, strategy, page size, the check that catches it, --verify, steps it may take
+    ("leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
+    ("double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
+    ("overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
+    # the write hooks (hooks_mrc's write rows) see what the forward ran, at its step (0.5.13 hands
+    # the decode copy the batch's indices, which the fault zeroes: the same write rows)
+    ("unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
+    ("stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
+    # the key length moved a page from the tracked state's (MambaRadixCache's two caching calls)
+    ("track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
+    ("depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
+    ("dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),  # 0.5.13: its copy-on-write runs in the backend
+    # T2 reads a state when the transformers oracle gets to it: fault_runs' allowance for T2
+    ("wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+    ("zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
+]
+"""The fault rows of each of DEFERRED_COW_MRC."""
 MRC_FAULTS = [
     # release, fault, strategy, page size, the check that catches it, --verify, steps it may take
-    ("0.5.15", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
-    ("0.5.15", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
-    ("0.5.15", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
+    *((release, *row) for release in DEFERRED_COW_MRC for row in DEFERRED_COW_FAULTS),
+    # unwritten-slot caught by T2 as well, on 0.5.15 and 0.5.14
     ("0.5.15", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
-    # the write hooks (hooks_mrc's write rows) see what the forward ran, at its step
-    ("0.5.15", "unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
-    ("0.5.15", "decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
-    ("0.5.15", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
-    # the key length moved a page from the tracked state's (MambaRadixCache's two caching calls)
-    ("0.5.15", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
-    ("0.5.15", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
-    ("0.5.15", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),
-    # T2 reads a state when the transformers oracle gets to it: fault_runs' allowance for T2
-    ("0.5.15", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.15", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.14", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
     ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "T2-recompute", "transformers", 0),
-    ("0.5.14", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
-    ("0.5.14", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
-    ("0.5.14", "unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
-    ("0.5.14", "decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
-    ("0.5.14", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
-    ("0.5.14", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
-    ("0.5.14", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
-    ("0.5.14", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),
-    ("0.5.14", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.14", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.13", "leak-slot", "extra_buffer_lazy", 16, "slot-partition", "off", 0),
-    ("0.5.13", "overwrite-cached", "extra_buffer", 16, "request-slots", "off", 0),
-    ("0.5.13", "dropped-cow", "extra_buffer", 16, "cow-ran", "off", 0),  # its copy-on-write runs in the backend
-    # 0.5.13 hands the decode copy the batch's indices (the fault zeroes those), the same write rows
-    ("0.5.13", "unwritten-slot", "extra_buffer_lazy", 16, "write-ran", "off", 0),
-    ("0.5.13", "decode-write-to-padding", "extra_buffer_lazy", 16, "write-ran", "off", 0),
-    ("0.5.13", "stray-track-write", "extra_buffer", 1, "write-target", "off", 0),
-    ("0.5.13", "double-owner", "extra_buffer", 1, "slot-partition", "off", 0),
-    ("0.5.13", "track-off-by-one", "extra_buffer", 1, "state-depth", "off", 0),
-    ("0.5.13", "depth-mismatch", "extra_buffer", 16, "state-depth", "off", 0),
-    ("0.5.13", "wrong-chunk-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
-    ("0.5.13", "zero-initial-state", "extra_buffer", 16, "T2-recompute", "transformers", DETECTION_STEPS),
     # 0.5.10-0.5.12 (OLDEST_MRC): each the same rows (FORK_RELEASE_FAULTS)
     *((release, *row) for release in OLDEST_MRC for row in FORK_RELEASE_FAULTS),
 ]
