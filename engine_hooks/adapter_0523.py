@@ -171,11 +171,12 @@ class PythonTreeView:
         out: list[_Derived | None] = []
         stale = []
         for item in items:
-            node = item[0]
-            known = memo.get(node.id)
-            if known is None or not known.same(node):
+            known = memo.get(item[0].id)
+            if known is not None and not known.same(item[0]):
+                known = None
+            if known is None:
                 stale.append(item)
-            out.append(known if known is not None and known.same(node) else None)
+            out.append(known)
         fresh = iter(_derive_all(stale))
         if len(memo) + len(stale) > REMEMBERED_NODES:
             memo.clear()

@@ -80,7 +80,7 @@ from .events import EventSink
 from .generations import UNIFIED_TREE_CORE, Generation
 from .pools_0523 import HeldRequest, TreeSlots, claims_for_slot
 from .published_state import PublishedState
-from .tensor_runs import host_concat
+from .tensor_runs import host_concat, version_of
 
 RETIRED_A_STEP = 8
 """Shards of a finished catch-up's published state freed a step (1024 entries each)."""
@@ -537,7 +537,7 @@ class Capture:
 def _mark(listed: Any, values: np.ndarray) -> int | np.ndarray | None:
     """What tells a later look that `listed` still holds `values`: its version; for an
     inference tensor on the host, the values themselves (None: it will be read again)."""
-    version = _version_of(listed)
+    version = version_of(listed)
     if version is not None or not isinstance(listed, torch.Tensor) or not listed.is_cpu:
         return version
     return values.copy()
@@ -549,16 +549,7 @@ def _unchanged(listed: Any, mark: int | np.ndarray | None) -> bool:
         return False
     if isinstance(mark, np.ndarray):
         return np.array_equal(listed.numpy(), mark)
-    return _version_of(listed) == mark
-
-
-def _version_of(value: Any) -> int | None:
-    """A tensor's in-place write counter; None for a list (sglang 0.5.12) or an inference-mode
-    tensor (which keeps none): such a free list is read every time."""
-    try:
-        return int(value._version)
-    except (AttributeError, RuntimeError):
-        return None
+    return version_of(listed) == mark
 
 
 def _anchors(held: dict[Rid, HeldRequest]) -> list[tuple[int, Any]]:

@@ -26,7 +26,7 @@ import torch
 from mcinspect.schema import NodeId, RequestRecord, Rid, SlotClaim, SlotId
 
 from .req_kv import FlatKv, fields_of, node_id_of, prefix_len_of
-from .tensor_runs import FrozenRuns, HostViews, host_view, ints_of_many, runs_of_ints
+from .tensor_runs import FrozenRuns, HostViews, host_view, ints_of_many, runs_of_ints, version_of
 
 if TYPE_CHECKING:
     from .pools_0523 import HeldRequest
@@ -142,7 +142,7 @@ class RequestReader:
             if mirror is not None and view is None:
                 return None
             mirrors.append(view)
-            versions.append(_version_of(mirror) if mirror is not None else 0)
+            versions.append(version_of(mirror) if mirror is not None else 0)
         working_mirror, ping_pong_mirror = mirrors
         out: list[Ints] = []
         for _, _, kv, seen, row, start, end in plans:
@@ -227,11 +227,8 @@ def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row
         seen.runs = _append(seen.runs, tail)
         seen.row_len = end
     req = held.req
-    empty = getattr(kv, "mamba_ping_pong_empty", None)
-    last_idx, last_seqlen = kv.mamba_last_track_idx, kv.mamba_last_track_seqlen
     key = (
-        working, ping_pong, cow, tuple(empty) if empty else tuple(slot < 0 for slot in ping_pong), last_idx, last_seqlen,
-        getattr(kv, "mamba_prev_track_seqlen", None), held.state, row, len(req.origin_input_ids), prefix_len_of(req),
+        *_claim_key(kv, working, ping_pong, cow), held.state, row, len(req.origin_input_ids), prefix_len_of(req),
         kv.cache_protected_len, node_id_of(req.last_node), kv.mamba_next_track_idx, kv.mamba_needs_clear, working_mirror,
         ping_pong_mirror,
     )  # fmt: skip
@@ -248,24 +245,28 @@ def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row
     return record
 
 
-_CLAIM_FIELDS = 7
-"""The first fields of `_update`'s key: what a request's claims are built from."""
-
-
-def _update_session(rid: Rid, kv: Any, seen: _Seen, values: Ints) -> None:
-    """A streaming session's claims, rebuilt when its slot values moved."""
-    working, ping_pong, cow = values[:3]
+def _claim_key(kv: Any, working: list[int], ping_pong: list[int], cow: list[int]) -> tuple[Any, ...]:
+    """What a request's claims are built from (`_claims`' arguments after the rid): its slot
+    values, which ping-pong entries are empty, and its track fields."""
     empty = getattr(kv, "mamba_ping_pong_empty", None)
-    empty = tuple(empty) if empty else tuple(slot < 0 for slot in ping_pong)
-    key = (
+    return (
         working,
         ping_pong,
         cow,
-        empty,
+        tuple(empty) if empty else tuple(slot < 0 for slot in ping_pong),
         kv.mamba_last_track_idx,
         kv.mamba_last_track_seqlen,
         getattr(kv, "mamba_prev_track_seqlen", None),
     )
+
+
+_CLAIM_FIELDS = 7
+"""The first fields of `_update`'s key: `_claim_key`'s."""
+
+
+def _update_session(rid: Rid, kv: Any, seen: _Seen, values: Ints) -> None:
+    """A streaming session's claims, rebuilt when its slot values moved."""
+    key = _claim_key(kv, *values[:3])
     if key != seen.key:
         seen.key, seen.claims = key, tuple(_claims(rid, *key))
 
@@ -295,14 +296,6 @@ def _move_claims(claims: Claims, changed: list[tuple[Rid, tuple[SlotClaim, ...],
         else:
             del claims[slot]
     return moved
-
-
-def _version_of(tensor: torch.Tensor) -> int | None:
-    """A table's in-place write counter; None for an inference-mode tensor (which keeps none)."""
-    try:
-        return tensor._version
-    except RuntimeError:
-        return None
 
 
 def _flat_view(tensor: torch.Tensor) -> np.ndarray | None:

@@ -192,3 +192,12 @@ def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
     ends = last[np.append(heads[1:], len(first)) - 1]
     run_starts = first[heads]
     return list(zip((run_starts * page_size).tolist(), ((ends - run_starts) * page_size).tolist()))
+
+
+def version_of(value: Any) -> int | None:
+    """A tensor's in-place write counter; None for anything without one: a list (sglang 0.5.12's
+    free list) or an inference-mode tensor (the scheduler's loop creates those)."""
+    try:
+        return int(value._version)
+    except (AttributeError, RuntimeError):
+        return None
