@@ -52,6 +52,13 @@ class ContentMirror:
     def unchanged(self, slots: list[int]) -> list[bool]:
         """Per slot: its bits equal those of its last fingerprint (and that one is still valid)."""
         ids = np.asarray(slots, dtype=np.int64)
+        if 2 * len(ids) >= len(self._valid):
+            # Most of the pool: compare all of it in place (half the numpy calls of gathering
+            # the slots first), then pick.
+            same = self._valid.copy()
+            for pool, copy in zip(self._pool, self._copy):
+                same &= ~(pool.transpose(1, 0, 2) != copy).any(axis=(1, 2))
+            return same[ids].tolist()
         same = self._valid[ids]
         for pool, copy in zip(self._pool, self._copy):
             same &= (pool[:, ids].transpose(1, 0, 2) == copy[ids]).all(axis=(1, 2))

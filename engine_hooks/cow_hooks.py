@@ -73,18 +73,24 @@ class CowHooks:
     def _fingerprints(self, pool: Any, sources: Any, destinations: Any, cleared: Any) -> SlotFingerprints | HostPrints | None:
         """Fingerprints of the copies' sources, destinations and the cleared slots, or None where
         they cannot be taken (int8 checkpoints: a dequantised copy is not bit-equal; CUDA
-        without MCINSPECT_COW_FINGERPRINTS=1: the bounds check syncs)."""
+        without MCINSPECT_COW_FINGERPRINTS=1: the bounds check syncs). Without copies, on the
+        host: only the cleared slots' zero flags (the fingerprints are empty lists)."""
         parts = [t for t in (sources, destinations, cleared) if t is not None]
         if not parts or getattr(pool, "mamba_ckpt_pool", None) is not None:
             return None
         cache = pool.mamba_pool.mamba_cache
         if cache.temporal.is_cuda and os.environ.get(ON_CUDA_ENV) != "1":
             return None
-        slots = torch.cat([t.reshape(-1) for t in parts])
+        slots = torch.cat([t.reshape(-1) for t in parts]) if len(parts) > 1 else parts[0].reshape(-1)
         translate = getattr(pool, "translate_mamba_indices", None)  # 0.5.15 on; before, slot ids index the cache as they are
         slots = slots if translate is None else translate(slots)
         fold = self._host_fold(cache)
-        return fingerprint_slots(list(cache.conv), cache.temporal, slots) if fold is None else fold(slots.tolist())
+        if fold is None:
+            return fingerprint_slots(list(cache.conv), cache.temporal, slots)
+        ids = slots.tolist()
+        if sources is None:  # clears alone: the zero flags are all the event carries
+            return HostPrints([], [], fold.zero(ids))
+        return fold(ids)
 
     def _host_fold(self, cache: Any) -> HostFold | None:
         tensors = [*cache.conv, cache.temporal]

@@ -7,9 +7,10 @@ counted and swallowed, never raised into the scheduler. The dirty marks and the 
 run at every step; the hooks that only make events (marked "observed" below) run only in steps
 a capture will end (`EventSink.observed`), and return at their first frame in the others. Per call a body does O(1) work, except the path
 marks (O(depth), the same walk sglang just did) and the decode track plan (O(batch), only on
-the steps where some request reaches a checkpoint boundary). Tensors are never read in a hook:
-slot ids are kept as tensors (cloned when sglang may overwrite them) and turned into ints once
-per step in `EventSink.drain`.
+the steps where some request reaches a checkpoint boundary). No hook syncs a device: slot ids
+sglang may overwrite are kept as they are now (`tensor_runs.kept`: their ints on the host, a
+device copy elsewhere) and the rest stay tensors, all turned into ints once per step in
+`EventSink.drain`.
 
 The targets, when each body runs and what it does: `hooks_0523.HOOKS` (the one hook table).
 
@@ -38,6 +39,7 @@ from .guard import ErrorCounter
 from .hooks_0523 import Hook
 from .req_kv import decode_track_entries, decode_track_mask, kv_of, node_id_of
 from .state_log import StateLog
+from .tensor_runs import kept
 from .write_hooks import WriteHooks
 
 __all__ = ["EventSink", "HookPoint", "hook_points"]
@@ -214,7 +216,7 @@ class _PoolHooks:
         free_index = _arg(args, kwargs, 0, "free_index")
         if free_index.numel():
             # Often a view of a device mirror row that is reused later in the step: copy it now.
-            self.sink.emit(SlotEvent, slots=DeferredSlots([free_index.detach().clone()]), allocated=False)
+            self.sink.emit(SlotEvent, slots=DeferredSlots([kept(free_index)]), allocated=False)
 
     def group_begin(self, allocator: Any, /, *args: Any, **kwargs: Any) -> None:
         num_reqs = _arg(args, kwargs, 0, "num_reqs")
@@ -238,7 +240,7 @@ class _PoolHooks:
         elif not ret.track_mask:
             return
         elif hasattr(ret, "track_position"):  # the buffer entry is rewritten when the slot is donated: copy it now
-            slot = kv_of(req).mamba_ping_pong_track_buffer[ret.track_position].clone()
+            slot = kept(kv_of(req).mamba_ping_pong_track_buffer[ret.track_position])
         else:  # 0.5.22: the entry carries the slot id itself
             slot = int(ret.track_index)
         position = _opt(kv_of(req).mamba_last_track_seqlen)
@@ -252,7 +254,7 @@ class _PoolHooks:
         for req, at_boundary, position, seqlen in rows:
             buffer = kv_of(req).mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:
-                slot = DeferredSlot(buffer[position].clone())
+                slot = DeferredSlot(kept(buffer[position]))
                 self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=slot, position=int(seqlen), forward="decode")
 
     def retracted(self, ret: Any, req: Any, /, *args: Any, **kwargs: Any) -> None:

@@ -11,6 +11,7 @@ from mcinspect.schema import InsertEvent, LockEvent, MatchEvent, NodeId, Request
 
 from .event_sink import DeferredSlot, EventSink
 from .state_log import StateLog
+from .tensor_runs import kept
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
@@ -114,7 +115,7 @@ class MrcHooks:
         for req, seqlen in zip(batch.reqs, batch.seq_lens_cpu.tolist()):
             buffer, index = req.mamba_ping_pong_track_buffer, req.mamba_next_track_idx
             if seqlen % interval == 0 and buffer is not None and index is not None:
-                slot = DeferredSlot(buffer[index].clone())  # the entry is rewritten when donated
+                slot = DeferredSlot(kept(buffer[index]))  # the entry is rewritten when donated
                 self.sink.emit(TrackPlanEvent, rid=Rid(req.rid), slot=slot, position=int(seqlen), forward="decode")
 
     def matched(self, ret: Any, cache: Any, /, *args: Any, **kwargs: Any) -> None:

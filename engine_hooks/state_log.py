@@ -28,7 +28,7 @@ from mcinspect.schema import BatchOrigin, NodeId, Rid, SlotId, Step
 
 from .reference import RID_PREFIX
 from .req_kv import decode_track_entries, decode_track_mask, key_tokens, kv_of, prefill_track_mask
-from .tensor_runs import IndexValue, ints_of_many
+from .tensor_runs import IndexValue, ints_of_many, kept
 
 PATHS = ("prefill checkpoint", "decode checkpoint", "chunk donation", "finish donation", "copy-on-write", "mixed batch")
 """The cache paths counted: a prefill or a decode step writing a track state, a state donated
@@ -99,7 +99,7 @@ class StateLog:
                 and kv.mamba_ping_pong_track_buffer is not None
                 and kv.mamba_last_track_idx is not None
             ):
-                slot = kv.mamba_ping_pong_track_buffer[kv.mamba_last_track_idx].clone()
+                slot = kept(kv.mamba_ping_pong_track_buffer[kv.mamba_last_track_idx])
                 seqlen = -1 if kv.mamba_last_track_seqlen is None else int(kv.mamba_last_track_seqlen)
                 self._plans.append(_Plan(slot, Rid(req.rid), "extend", len(batch.reqs), i, lens, seqlen))
 
@@ -113,7 +113,7 @@ class StateLog:
             buffer = kv_of(req).mamba_ping_pong_track_buffer
             if at_boundary and buffer is not None:
                 self.paths["decode checkpoint"] += 1
-                self._plans.append(_Plan(buffer[position].clone(), Rid(req.rid), "decode", len(batch.reqs), i, [], int(seqlen)))
+                self._plans.append(_Plan(kept(buffer[position]), Rid(req.rid), "decode", len(batch.reqs), i, [], int(seqlen)))
 
     def inserting(self, component: Any, /, *args: Any, **kwargs: Any) -> None:
         """Before MambaComponent.cleanup_after_caching_req: a state just entered the tree."""

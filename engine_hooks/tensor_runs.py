@@ -22,6 +22,16 @@ IndexValue = Any
 """A torch int tensor (any shape), a Python int, a list of ints, or None (absent)."""
 
 
+def kept(value: torch.Tensor, head: int | None = None) -> IndexValue:
+    """`value` (its first `head` entries) as it is now, safe from sglang's later writes: on the
+    host its ints at once (one read, where a copy and the drain's read were two torch calls),
+    elsewhere a device copy the drain reads (no sync in a hook)."""
+    if value.is_cpu:
+        ints = value.tolist()
+        return ints if head is None else ints[:head]
+    return (value if head is None else value[:head]).clone()
+
+
 def host_concat(values: Sequence[IndexValue]) -> tuple[np.ndarray, list[int]]:
     """All values as one int64 host array, and each value's length (0 for None)."""
     parts: list[torch.Tensor] = []

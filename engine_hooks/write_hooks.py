@@ -9,8 +9,8 @@ destination missing from `written`; a copy into a slot nobody planned (#34184) a
 Targets: the `write` rows of `hooks_0523.HOOKS`.
 
 Each copy function runs once per mamba layer of a forward with the same destinations: the
-event is built at the first call of each forward (of each decode batch prepared). Slot ids stay tensors until the step boundary
-(EventSink's deferred conversion), so no hook syncs the device. Not seen: forwards replayed
+event is built at the first call of each forward (of each decode batch prepared). Slot ids are kept as they are now (`tensor_runs.kept`:
+ints on the host, device copies read at the step boundary), so no hook syncs the device. Not seen: forwards replayed
 from a CUDA graph (the copy is recorded in the graph and its Python function does not run).
 """
 
@@ -23,6 +23,7 @@ from mcinspect.schema import Rid, TrackWriteEvent
 from .event_sink import DeferredSlots, DeferredValues, EventSink
 from .reference import RID_PREFIX
 from .req_kv import decode_track_mask, kv_of, prefill_track_mask
+from .tensor_runs import kept
 
 
 class WriteHooks:
@@ -57,7 +58,7 @@ class WriteHooks:
         self._decode_rows = []
         planned = getattr(batch, "mamba_track_indices", None)
         # Kept only for a batch with a tracked row: decode_copied makes no event otherwise.
-        self._decode_planned = planned.clone() if planned is not None and any(mask) else None
+        self._decode_planned = kept(planned) if planned is not None and any(mask) else None
         self._decode_mode = "decode"
         self._decode_emitted = False
         for req, tracked, seqlen in zip(batch.reqs, mask, lens):
@@ -99,7 +100,7 @@ class WriteHooks:
         if listed is not None:
             mask: Any = list(listed)
         elif device is not None:  # 0.5.20: the device mask alone, copied now (a later batch overwrites its storage)
-            mask = DeferredValues([device.clone()], cast=bool)
+            mask = DeferredValues([kept(device)], cast=bool)
         else:  # no mask at all (0.5.16's merge_batch drops it, #24613): the copy writes no row
             mask = [False] * len(rows)
         self._emit(forward_batch, rows, mask, dst)
@@ -117,11 +118,11 @@ class WriteHooks:
             TrackWriteEvent,
             forward=self._decode_mode,
             rids=[rid for rid, _, _ in rows],
-            mask=DeferredValues([mask[: len(rows)].clone()], cast=bool),
+            mask=DeferredValues([kept(mask, len(rows))], cast=bool),
             planned=DeferredSlots([self._decode_planned[: len(rows)] if self._decode_planned is not None else None]),
             positions=[position for _, position, _ in rows],
             written=[],
-            bound=DeferredSlots([dst[: len(rows)].clone()]),
+            bound=DeferredSlots([kept(dst, len(rows))]),
         )
 
     def _batch_rows(self, forward_batch: Any) -> list[int] | None:
@@ -142,7 +143,7 @@ class WriteHooks:
             forward=forward,
             rids=[rid for rid, _ in owners],
             mask=mask,
-            planned=DeferredSlots([planned[: len(owners)].clone() if planned is not None else None]),
+            planned=DeferredSlots([kept(planned, len(owners)) if planned is not None else None]),
             positions=[position for _, position in owners],
-            written=DeferredSlots([t.clone() for t in written]),
+            written=DeferredSlots([kept(t) for t in written]),
         )

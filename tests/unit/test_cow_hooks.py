@@ -83,6 +83,21 @@ def test_a_copy_that_did_not_happen_is_reported(hooked, monkeypatch) -> None:
     assert [(v.check, v.slots) for v in violations] == [("cow-copy", (10, 3)), ("cow-copy", (12,))]
 
 
+@pytest.mark.parametrize("cleared_ran", [True, False])
+def test_clears_without_copies_carry_their_zero_flags(hooked, monkeypatch, cleared_ran) -> None:
+    """An admission without a cache hit clears and copies nothing: the event then has no
+    fingerprints (they are taken without the fold), only whether each cleared slot is zero."""
+    runner, sink = hooked
+    if not cleared_ran:
+        monkeypatch.setattr(runner.req_to_token_pool.mamba_pool, "clear_slots", lambda slots: None)
+    forward(runner, [], [], [12, 5])
+    (event,) = sink.drain(Step(1))
+    assert (event.sources, event.cleared, event.source_fingerprints, event.destination_fingerprints) == ([], [12, 5], [], [])
+    assert event.cleared_zero == [cleared_ran, cleared_ran]
+    violations = check_cow_copy(StepView.first(_state(), [event]))
+    assert [v.slots for v in violations] == ([] if cleared_ran else [(12,), (5,)])
+
+
 def test_an_extend_forward_with_nothing_to_copy_says_so_and_decode_forwards_say_nothing(hooked) -> None:
     """Check cow-ran reads an extend forward's event, empty or not, as "its deferred copies ran"."""
     runner, sink = hooked

@@ -140,6 +140,7 @@ def test_prepared_host_fold_gives_the_torch_ops_values_one_slot_or_many(block_wo
     assert tuple(fold(slots)) == expected
     alone = [fold([slot]) for slot in slots]
     assert ([a.fingerprint[0] for a in alone], [a.nonfinite[0] for a in alone], [a.all_zero[0] for a in alone]) == expected
+    assert fold.zero(slots) == expected[2]  # the zero flags alone, without the fold
 
 
 def test_prepared_host_fold_refuses_what_fingerprint_slots_refuses() -> None:
@@ -148,7 +149,9 @@ def test_prepared_host_fold_refuses_what_fingerprint_slots_refuses() -> None:
     for slots in ([1, 5], [-1]):
         with pytest.raises(PoolLayoutError, match="out of range"):
             fold(slots)
-    assert fold([]) == ([], [], [])
+        with pytest.raises(PoolLayoutError, match="out of range"):
+            fold.zero(slots)
+    assert fold([]) == ([], [], []) and fold.zero([]) == []
     assert fingerprint_module.HostFold.of_pool(conv, temporal.transpose(3, 4)) is None
 
 
