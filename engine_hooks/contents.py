@@ -8,8 +8,8 @@ k) has finished. A slot's first fingerprint therefore lands one step after its d
 later change while the same node owns it is what check T1 reports.
 
 A slot is fingerprinted the first step it is stable (only those slots, that step), and again
-every RECHECK_EVERY steps while its node keeps it (T1 sees an in-place change of a cached state within that many steps): on the
-CPU engine a call costs about the same for 1 slot as for 30 (a few KB each; the fixed cost of
+every RECHECK_EVERY steps while its node keeps it (T1 sees an in-place change of a cached state
+within that many steps): on the CPU engine a call costs about the same for 1 slot as for 30 (a few KB each; the fixed cost of
 the torch ops dominates), so steps without a new stable slot mostly skip the call. A call reads
 at most `budget` slots (MCINSPECT_FINGERPRINT_BUDGET, default DEFAULT_BUDGET; on a GPU a slot is
 tens of MB): past it, never-read slots first, then the others round-robin over the following

@@ -9,9 +9,10 @@ destination missing from `written`; a copy into a slot nobody planned (#34184) a
 Targets: the `write` rows of `hooks_0523.HOOKS`.
 
 Each copy function runs once per mamba layer of a forward with the same destinations: the
-event is built at the first call of each forward (of each decode batch prepared). Slot ids are kept as they are now (`tensor_runs.kept`:
-ints on the host, device copies read at the step boundary), so no hook syncs the device. Not seen: forwards replayed
-from a CUDA graph (the copy is recorded in the graph and its Python function does not run).
+event is built at the first call of each forward (of each decode batch prepared). Slot ids are
+kept as they are now (`tensor_runs.kept`: ints on the host, device copies read at the step
+boundary), so no hook syncs the device. Not seen: forwards replayed from a CUDA graph (the copy
+is recorded in the graph and its Python function does not run).
 """
 
 from __future__ import annotations
