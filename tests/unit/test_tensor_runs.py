@@ -67,3 +67,16 @@ def test_free_token_runs_of_a_long_free_list_match_the_set_of_its_pages(seed: in
         rng.shuffle(pages)  # no order at all: one segment a page, still the same runs
     out = tensor_runs.free_token_runs(torch.tensor(pages, dtype=torch.int64), page_size)
     assert out == set_runs(pages, page_size)
+
+
+def test_kept_values_do_not_follow_later_writes_and_stay_on_their_device() -> None:
+    """`kept` is what a hook holds of a slot tensor sglang rewrites later in the step: on the
+    host the ints as they were (one read), elsewhere a copy on that device (no sync in a hook)."""
+    host = torch.tensor([4, 5, 6])
+    whole, head = tensor_runs.kept(host), tensor_runs.kept(host, 2)
+    host[0] = 9
+    assert (whole, head) == ([4, 5, 6], [4, 5]) and tensor_runs.kept(host[1]) == 5
+    device = torch.empty(3, dtype=torch.int64, device="meta")  # not the host: a copy, not a read
+    copied = tensor_runs.kept(device, 2)
+    assert isinstance(copied, torch.Tensor) and copied.device == device.device and copied.shape == (2,)
+    assert copied._base is None  # a copy of the head, not a view into what sglang rewrites
