@@ -9,11 +9,12 @@ later change while the same node owns it is what check T1 reports.
 
 A slot is fingerprinted the first step it is stable (only those slots, that step), and again
 every RECHECK_EVERY steps while its node keeps it (T1 sees an in-place change of a cached state
-within that many steps): on the CPU engine a call costs about the same for 1 slot as for 30 (a few KB each; the fixed cost of
-the torch ops dominates), so steps without a new stable slot mostly skip the call. A call reads
-at most `budget` slots (MCINSPECT_FINGERPRINT_BUDGET, default DEFAULT_BUDGET; on a GPU a slot is
-tens of MB): past it, never-read slots first, then the others round-robin over the following
-calls, so on a large tree a recheck comes round every RECHECK_EVERY * slots / budget steps.
+within that many steps): on the CPU engine a call costs about the same for 1 slot as for 30 (a
+few KB each; the fixed cost of the torch ops dominates), so steps without a new stable slot
+mostly skip the call. A call reads at most `budget` slots (MCINSPECT_FINGERPRINT_BUDGET, default
+DEFAULT_BUDGET; on a GPU a slot is tens of MB): past it, never-read slots first, then the others
+round-robin over the following calls, so on a large tree a recheck comes round every
+RECHECK_EVERY * slots / budget steps.
 Per capture the work is O(slots whose owner changed + budget), not O(tree): the capture says
 which slots changed owner. On host pools a recheck hashes only the slots whose bits moved since
 their last fingerprint (content_mirror.py); the others keep it, as hashing them would.
@@ -108,10 +109,14 @@ class ContentCapture:
         recheck = step % RECHECK_EVERY == 0
         if not recheck and not self._missing:
             return {}, dropped
-        # Between rechecks only the never-read slots: a step that caches a state (half the
-        # demo's) compared every cached slot's bits again, the bulk of the content cost.
-        picked = self._pick(owners) if recheck else list(itertools.islice(self._missing, self._budget))
-        slots = self._changed(picked) if recheck else picked  # a never-read slot has no bits kept to compare
+        if recheck:
+            picked = self._pick(owners)
+            slots = self._changed(picked)
+        else:
+            # Only the never-read slots, with no compare (none has bits kept): a step that caches
+            # a state (half the demo's) compared every cached slot's bits again, the bulk of the
+            # content cost.
+            picked = slots = list(itertools.islice(self._missing, self._budget))
         self._missing.difference_update(picked)
         if not slots:
             return {}, dropped
