@@ -181,7 +181,8 @@ class Capture:
         self._catch_up: CatchUp | None = None
         self._owners: dict[SlotId, NodeId] = {}
         self.owner_changes: set[int] = set()
-        """Slots whose tree owner (`tree_owners`) changed at the last capture."""
+        """Slots whose tree owner (`tree_owners`) changed at the last capture: a new set each
+        capture, which the capture no longer uses (ContentCapture keeps it)."""
         self._retired: list[dict[Any, Any]] = []
         """Shards of a finished catch-up's published state, freed RETIRED_A_STEP a step."""
 

@@ -36,10 +36,16 @@ def test_another_threads_copy_rests_after_each_shard() -> None:
     assert copy == cow.to_dict() and len(rests) == 6 and all(seconds >= 0 for seconds in rests)
 
 
-def test_keys_in_finds_the_same_keys_either_way() -> None:
-    cow: CowMap[int, int] = CowMap((key, key) for key in range(0, 4 * SHARD_SIZE, 2))
+def test_pop_keys_in_deletes_the_same_keys_either_way() -> None:
+    evens = range(0, 4 * SHARD_SIZE, 2)
+    cow: CowMap[int, int] = CowMap((key, key) for key in evens)
+    before = cow.freeze()
     few = {1, 2, 3, 4, 9 * SHARD_SIZE}
+    assert sorted(cow.pop_keys_in(few)) == [2, 4]
+    # Shards 1 and 2 whole, and the first key of shard 3.
     many = set(range(SHARD_SIZE, 3 * SHARD_SIZE + 1))
-    assert sorted(cow.keys_in(few)) == [2, 4]
-    assert sorted(cow.keys_in(many)) == [k for k in sorted(many) if k % 2 == 0]
-    assert cow.keys() == list(range(0, 4 * SHARD_SIZE, 2))
+    assert sorted(cow.pop_keys_in(many)) == [k for k in sorted(many) if k % 2 == 0]
+    left = [k for k in evens if k not in {2, 4} and k not in many]
+    assert cow.keys() == left and len(cow) == len(left) and all(cow[k] == k for k in left)
+    assert cow.pop_keys_in(many) == [] and len(cow) == len(left)
+    assert before.to_dict(rest=lambda _: None) == {k: k for k in evens}  # the frozen state is untouched
