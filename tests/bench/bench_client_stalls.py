@@ -2,23 +2,28 @@
 
 A real Inspector (capture, request server, publisher) runs in-process on sglang's real
 UnifiedRadixCache (Python tree core, CPU pools; tests/support/cpu_cache.py) built as in
-bench_capture.py, with mcinspect's hooks installed. The main thread plays the scheduler: each
-step makes 10 cache changes through sglang (bench_capture.Workload), calls `on_step`, then
-sleeps to a 10 ms step. The tree is built first, then collected once (`gc.collect()`: see
-there why); the longest cyclic GC pause of each action is reported all the same. A step's stall is its time as the scheduler feels it: the work of the
-step plus how late the thread got the GIL back after its sleep (the request and publisher
-threads encode while holding it); the engine side runs at real-time priority where `chrt` may
-set it, so that other processes on a shared machine do not preempt it, and its scheduler thread
-above its own other threads (SCHEDULER_PRIORITY), with sglang's torch ops on one thread
-(SINGLE_OMP_THREAD): on 2 cores either of them otherwise measures the core, not the inspector. The thread's own CPU time
-per step is printed beside it, and each worst step's wall as the kernel saw the thread
-(step_clock.py): its CPU, waits for a CPU (runq), the rest (blocked: with voluntary switches a
-GIL wait, with none the hypervisor taking the vCPU away), the other threads' CPU. On this
-machine (a Firecracker microVM) the host takes a vCPU away for ~7 ms at a time now and then
-(steal): a busy loop alone shows it, so each size first runs "the machine alone", the scheduler
-thread's duty cycle in pure Python with no engine, as the control. Each client action runs in a
-child process through the real client (Session / Requester over the CURVE transport), as
-`mcinspect` would:
+bench_capture.py, with mcinspect's hooks installed. The main thread plays the scheduler: each step
+makes 10 cache changes through sglang (bench_capture.Workload), calls `on_step`, then sleeps to a 10
+ms step. The tree is built first, then collected once (`gc.collect()`: see there why); the longest
+cyclic GC pause of each action is reported all the same. A step's stall is its time as the scheduler
+feels it: the work of the step plus how late the thread got the GIL back after its sleep (the
+request and publisher threads encode while holding it); the engine side runs at real-time priority
+where `chrt` may set it, so that other processes on a shared machine do not preempt it, and its
+scheduler thread above its own other threads (SCHEDULER_PRIORITY), with sglang's torch ops on one
+thread (SINGLE_OMP_THREAD): on 2 cores either of them otherwise measures the core, not the
+inspector. The thread's own CPU time per step is printed beside it, and each worst step's wall as
+the kernel saw the thread (step_clock.py): its CPU, waits for a CPU (runq), the rest (blocked: with
+voluntary switches a GIL wait, with none the hypervisor taking the vCPU away), the other threads'
+CPU. On this machine (a Firecracker microVM) the host takes a vCPU away for ~7 ms at a time now and
+then (steal): a busy loop alone shows it, so each size first runs "the machine alone", the scheduler
+thread's duty cycle in pure Python with no engine, as the control. The bench's real-time priority
+would otherwise bring the kernel's real-time throttle (RT_RUNTIME), so it is off for the run where
+the bench may turn it off. Beside the whole step, each action's worst step is given as the
+inspector's part of it (`inspector_part`: the late start, its hooks inside sglang's cache changes,
+`on_step`): what the issue bounds, the scheduler-thread time a client action costs. The rest is
+sglang's own work, which at 100k nodes takes up to tens of ms in steps where the inspector takes
+under one. Each client action runs in a child process through the real client (Session / Requester
+over the CURVE transport), as `mcinspect` would:
 
 - attach: the first client after the tree grew unwatched (its first full state), then follows
   the live stream;
@@ -36,6 +41,7 @@ path, run back to back in child processes. Run (holds the engine lock: it is a b
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import io
 import json
@@ -47,9 +53,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+nan = float("nan")
 ACTIONS = ("attach", "snapshot", "resync", "every-step", "overflow")
 STEP_S = 0.010
 """A step of the CPU demo is about 10 ms."""
@@ -63,6 +71,11 @@ SINGLE_OMP_THREAD = os.environ.get("MCINSPECT_BENCH_OMP") != "all"
 """The scheduler's torch ops on one thread (MCINSPECT_BENCH_OMP=all: torch's default pool)."""
 CLIENT_PRIORITY = ["chrt", "-o", "0"] if REALTIME else []
 """The client, like any other process, does not."""
+RT_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
+"""The kernel's real-time throttle: real-time threads using more than this (us of each second)
+stop, every real-time task on their CPU, for the rest of the second, up to 50 ms a step. That is
+the bench's real-time priority, not the engine's (sglang's threads are not real-time): off
+during the run where the bench may write it (root), restored after (`rt_throttle_off`)."""
 
 
 # --- the client side (a child process) -------------------------------------------------
@@ -275,6 +288,8 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         out_census["heap"] = gc.get_freeze_count()
 
     stalls: list[float] = []
+    own: list[float] = []
+    """Per step: the inspector's part of its stall (`inspector_part`)."""
     cpu: list[float] = []
     phases: list[dict[str, float]] = []
     """Per step: where its time went (the worst step's split is reported)."""
@@ -342,8 +357,10 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
             phases[-1]["steal"] = step_clock.steal_between(last_woke, woke)
         last_woke = woke
         timing[0] = True
+        hooks_before = errors.seconds
         work.ten_changes(rng)
         worked = time.perf_counter()
+        hooks = errors.seconds - hooks_before
         if profiler is not None:
             profiler.enable()
         inspector.on_step(scheduler, None)
@@ -357,7 +374,10 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         # The late start's wait for a CPU (runnable after the sleep; the rest of it is the GIL).
         late_runq = (woke.runq_ns - rested.runq_ns) / 1e9
         where = step_clock.split(ended - began, woke, done)
-        phases.append({"late": late, "work": worked - began, "on_step": ended - worked, **in_step, "late.runq": late_runq, **where})
+        phases.append(
+            {"late": late, "work": worked - began, "hooks": hooks, "on_step": ended - worked, **in_step, "late.runq": late_runq, **where}
+        )
+        own.append(inspector_part(phases[-1]))
         spans.append((began - late, ended))
         rested = done
         if profiler is not None:
@@ -369,6 +389,7 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         if untimed[0]:
             stalls[-1] += untimed[0]
             phases[-1]["gc.untimed"] = untimed[0]
+            own[-1] = inspector_part(phases[-1])
             untimed[0] = 0.0
         wake_at = max(ended, began + STEP_S - late)
         time.sleep(max(0.0, wake_at - time.perf_counter()))
@@ -376,14 +397,18 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
     for _ in range(100):
         step()
     out: dict[str, object] = {"quiet": statistics.median(stalls), "quiet.cpu": statistics.median(cpu), **full_gc}
+    out["quiet.inspector"] = statistics.median(own)
     worst = max(range(len(stalls)), key=stalls.__getitem__)
     out.update({"quiet-max": stalls[worst], "quiet-max.cpu": max(cpu), "quiet-max.split": phases[worst]})
+    worst_own = max(range(len(own)), key=own.__getitem__)
+    out.update({"quiet-max.inspector": own[worst_own], "quiet-max.inspector-split": phases[worst_own]})
     if stacks:
         out["quiet-max.stacks"] = kernel_waits(stacks_path, *spans[worst])
     for action in ACTIONS:
         clock.watch_threads()  # the request thread may have been restarted
         spans.clear()
         stalls.clear()
+        own.clear()
         cpu.clear()
         phases.clear()
         gc_pauses.clear()
@@ -420,6 +445,9 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         out[action] = stalls[worst]
         out[action + ".cpu"] = max(cpu)
         out[action + ".split"] = phases[worst]
+        worst_own = max(range(len(own)), key=own.__getitem__)
+        out[action + ".inspector"] = own[worst_own]
+        out[action + ".inspector-split"] = phases[worst_own]
         out[action + ".profile"] = worst_profile[1]
         out[action + ".gc"] = max((pause for pause, _ in gc_pauses), default=0.0)
         out[action + ".client"] = report[-1] if report else ""
@@ -440,6 +468,14 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
             for cpu, own, thread, name, caller in sorted(held, key=lambda h: -h[1])[:60]
         ]
     return out
+
+
+def inspector_part(split: dict[str, float]) -> float:
+    """The inspector's part of a step's stall: the late start (the GIL, which only its threads
+    take from the scheduler thread here), its hooks inside sglang's cache changes, `on_step`
+    (with any collection that fell in it) and an untimed collection added to the step. The
+    rest of the step, sglang's own work, is the engine's."""
+    return split["late"] + split["hooks"] + split["on_step"] + split.get("gc.untimed", 0.0)
 
 
 # --- the machine alone (a child process) ---------------------------------------------------
@@ -520,6 +556,26 @@ def split_text(split: dict[str, float]) -> str:
     return ", ".join(parts) + (f" (gen {split['gen']:.0f})" if "gen" in split else "")
 
 
+@contextlib.contextmanager
+def rt_throttle_off() -> Iterator[str]:
+    """The real-time throttle off for the run where the bench may turn it off; yields what the
+    header says of it."""
+    try:
+        with open(RT_RUNTIME) as f:
+            was = f.read().strip()
+        if REALTIME and was != "-1":
+            with open(RT_RUNTIME, "w") as f:
+                f.write("-1")
+    except OSError as e:
+        yield f"real-time throttle left on ({e.strerror}): a step with tens of ms in runq measures it"
+        return
+    try:
+        yield f"real-time throttle off for the run ({RT_RUNTIME} was {was})"
+    finally:
+        with open(RT_RUNTIME, "w") as f:
+            f.write(was)
+
+
 def main(args: list[str]) -> None:
     """Options: --before-site DIR (the "before" packages; default: main's, installed now),
     --after-only (this tree alone, to look into it), --profile (with --after-only: cProfile of
@@ -545,55 +601,65 @@ def main(args: list[str]) -> None:
     print(
         f"wall: the step as the scheduler felt it (GIL waits included{', real-time priority' if REALTIME else ''}); cpu: its own thread's"
     )
-    print(f"{'action':>11} {'nodes':>7} {'before wall':>12} {'after wall':>11} {'before cpu':>11} {'after cpu':>10}")
-    for n in sizes:
-        probe = subprocess.run(ENGINE_PRIORITY + [sys.executable, os.path.abspath(__file__), "--machine"], capture_output=True, text=True)
-        alone = json.loads(probe.stdout.strip().splitlines()[-1])
+    with rt_throttle_off() as throttle:
+        print(throttle)
         print(
-            f"  the machine alone ({MACHINE_STEPS} steps of 5 ms pure Python, no engine): worst step {alone['worst'] * 1e3:.1f} ms"
-            f" ({split_text({k: v for k, v in alone.items() if k not in ('worst', 'hiccups', 'steal')})}),"
-            f" {alone['hiccups']} steps with > 3 ms of wall beyond their CPU, system steal {alone['steal'] * 1e3:.0f} ms",
-            flush=True,
+            f"{'action':>11} {'nodes':>7} {'before wall':>12} {'after wall':>11} {'before insp':>12} {'after insp':>11} {'before cpu':>11} {'after cpu':>10}"
         )
-        before = None
-        if not after_only:
-            before = run_variant(before_site, n, key_dir, [])
-            print(f"  before, {n} nodes: {json.dumps({k: v for k, v in before.items() if not k.endswith('.profile')})}", flush=True)
-        after = run_variant(None, n, key_dir, options)
-        for line in after.get("gil-holds", []):
-            print("    gil hold:", line, flush=True)
-        if "census" in after:
-            print(f"    gc census (survivors since the build's freeze): {json.dumps(after['census'])}", flush=True)
-        for action in ("quiet", "quiet-max", *ACTIONS):
-            b = before or {action: float("nan"), action + ".cpu": float("nan")}
-            walls = f"{b[action] * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
-            cpus = f"{b[action + '.cpu'] * 1e3:>11.1f} {after[action + '.cpu'] * 1e3:>10.1f}"
-            print(f"{action:>11} {n:>7} {walls} {cpus}", flush=True)
-        print("    the worst step's split, ms:", flush=True)
+        for n in sizes:
+            run_size(n, before_site, after_only, key_dir, options)
+
+
+def run_size(n: int, before_site: str | None, after_only: bool, key_dir: str, options: list[str]) -> None:
+    """One tree size: the machine alone, then before and after, and their report."""
+    probe = subprocess.run(ENGINE_PRIORITY + [sys.executable, os.path.abspath(__file__), "--machine"], capture_output=True, text=True)
+    alone = json.loads(probe.stdout.strip().splitlines()[-1])
+    print(
+        f"  the machine alone ({MACHINE_STEPS} steps of 5 ms pure Python, no engine): worst step {alone['worst'] * 1e3:.1f} ms"
+        f" ({split_text({k: v for k, v in alone.items() if k not in ('worst', 'hiccups', 'steal')})}),"
+        f" {alone['hiccups']} steps with > 3 ms of wall beyond their CPU, system steal {alone['steal'] * 1e3:.0f} ms",
+        flush=True,
+    )
+    before = None
+    if not after_only:
+        before = run_variant(before_site, n, key_dir, [])
+        print(f"  before, {n} nodes: {json.dumps({k: v for k, v in before.items() if not k.endswith('.profile')})}", flush=True)
+    after = run_variant(None, n, key_dir, options)
+    for line in after.get("gil-holds", []):
+        print("    gil hold:", line, flush=True)
+    if "census" in after:
+        print(f"    gc census (survivors since the build's freeze): {json.dumps(after['census'])}", flush=True)
+    for action in ("quiet", "quiet-max", *ACTIONS):
+        b = before or {}
+        walls = f"{b.get(action, nan) * 1e3:>12.1f} {after[action] * 1e3:>11.1f}"
+        inspector = f"{b.get(action + '.inspector', nan) * 1e3:>12.1f} {after[action + '.inspector'] * 1e3:>11.1f}"
+        cpus = f"{b.get(action + '.cpu', nan) * 1e3:>11.1f} {after[action + '.cpu'] * 1e3:>10.1f}"
+        print(f"{action:>11} {n:>7} {walls} {inspector} {cpus}", flush=True)
+    for title, key in (("the worst step's split", ".split"), ("the split of the step with the most inspector time", ".inspector-split")):
+        print(f"    {title}, ms:", flush=True)
         for action in ("quiet-max", *ACTIONS):
             if before is not None:
-                print(f"      {action} before: {split_text(before[action + '.split'])}", flush=True)
-            print(f"      {action} after: {split_text(after[action + '.split'])}", flush=True)
-            for line in after.get(action + ".stacks", []):
-                print(f"        asleep in the kernel: {line}", flush=True)
-        b = before or {}
-        print(
-            f"    a full collection of the built heap, ms before / after: {b.get('full-gc', float('nan')) * 1e3:.0f}"
-            f" / {after['full-gc'] * 1e3:.0f} ({b.get('tracked', '-')} / {after['tracked']} tracked objects)",
-            flush=True,
-        )
-        gcs = ", ".join(
-            f"{a} {b.get(a + '.gc', float('nan')) * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}"
-            f" ({b.get(a + '.full', '-')} / {after[a + '.full']} full)"
-            for a in ACTIONS
-        )
-        print(f"    longest cyclic GC pause during each action (any thread), ms before / after: {gcs}", flush=True)
-        for action in ACTIONS:
-            print(
-                f"    {action} client saw: before {(before or {}).get(action + '.client')}  after {after[action + '.client']}", flush=True
-            )
-            if after.get(action + ".profile"):
-                print(after[action + ".profile"], flush=True)
+                print(f"      {action} before: {split_text(before[action + key])}", flush=True)
+            print(f"      {action} after: {split_text(after[action + key])}", flush=True)
+            if key == ".split":
+                for line in after.get(action + ".stacks", []):
+                    print(f"        asleep in the kernel: {line}", flush=True)
+    b = before or {}
+    print(
+        f"    a full collection of the built heap, ms before / after: {b.get('full-gc', float('nan')) * 1e3:.0f}"
+        f" / {after['full-gc'] * 1e3:.0f} ({b.get('tracked', '-')} / {after['tracked']} tracked objects)",
+        flush=True,
+    )
+    gcs = ", ".join(
+        f"{a} {b.get(a + '.gc', float('nan')) * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}"
+        f" ({b.get(a + '.full', '-')} / {after[a + '.full']} full)"
+        for a in ACTIONS
+    )
+    print(f"    longest cyclic GC pause during each action (any thread), ms before / after: {gcs}", flush=True)
+    for action in ACTIONS:
+        print(f"    {action} client saw: before {(before or {}).get(action + '.client')}  after {after[action + '.client']}", flush=True)
+        if after.get(action + ".profile"):
+            print(after[action + ".profile"], flush=True)
 
 
 if __name__ == "__main__":
