@@ -86,9 +86,9 @@ class ContentCapture:
         """Fingerprint the slots `owners` (slot -> node) that the same node owned last step.
 
         `changes`: the slots whose owner changed since the last call (None: found by comparing
-        with the owners of the last call, O(tree)); kept, and changed later. Returns the new or changed fingerprints, and
-        the slots whose fingerprint was dropped because they left the tree or changed owner
-        (their old content describes nothing now)."""
+        with the owners of the last call, O(tree)); kept, and changed later. Returns the new or
+        changed fingerprints, and the slots whose fingerprint was dropped because they left the
+        tree or changed owner (their old content describes nothing now)."""
         if changes is None:
             changes = {s for s in owners.keys() | self._previous_owners.keys() if owners.get(s) != self._previous_owners.get(s)}
             self._previous_owners = dict(owners)
