@@ -72,10 +72,10 @@ SINGLE_OMP_THREAD = os.environ.get("MCINSPECT_BENCH_OMP") != "all"
 CLIENT_PRIORITY = ["chrt", "-o", "0"] if REALTIME else []
 """The client, like any other process, does not."""
 RT_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
-"""The kernel's real-time throttle: real-time threads using more than this (us of each second)
-stop, every real-time task on their CPU, for the rest of the second, up to 50 ms a step. That is
-the bench's real-time priority, not the engine's (sglang's threads are not real-time): off
-during the run where the bench may write it (root), restored after (`rt_throttle_off`)."""
+"""The kernel's real-time throttle: when real-time threads use more than this (us of each second),
+every real-time task on their CPU stops for the rest of the second (up to 50 ms in a step). That
+comes of the bench's real-time priority, not the engine's (sglang's threads are not real-time):
+off during the run where the bench may write it (root), restored after (`rt_throttle_off`)."""
 
 
 # --- the client side (a child process) -------------------------------------------------
@@ -558,22 +558,27 @@ def split_text(split: dict[str, float]) -> str:
 
 @contextlib.contextmanager
 def rt_throttle_off() -> Iterator[str]:
-    """The real-time throttle off for the run where the bench may turn it off; yields what the
-    header says of it."""
+    """The real-time throttle off for the run where the bench may turn it off (restored after);
+    yields what the header says of it."""
+    was = None
+    note = "no real-time priority here, so no real-time throttle"
+    if REALTIME:
+        try:
+            with open(RT_RUNTIME) as f:
+                current = f.read().strip()
+            if current != "-1":
+                with open(RT_RUNTIME, "w") as f:
+                    f.write("-1")
+                was = current
+            note = f"real-time throttle off for the run ({RT_RUNTIME} was {current})"
+        except OSError as e:
+            note = f"real-time throttle left on ({e.strerror}): a step with tens of ms in runq measures it"
     try:
-        with open(RT_RUNTIME) as f:
-            was = f.read().strip()
-        if REALTIME and was != "-1":
-            with open(RT_RUNTIME, "w") as f:
-                f.write("-1")
-    except OSError as e:
-        yield f"real-time throttle left on ({e.strerror}): a step with tens of ms in runq measures it"
-        return
-    try:
-        yield f"real-time throttle off for the run ({RT_RUNTIME} was {was})"
+        yield note
     finally:
-        with open(RT_RUNTIME, "w") as f:
-            f.write(was)
+        if was is not None:
+            with open(RT_RUNTIME, "w") as f:
+                f.write(was)
 
 
 def main(args: list[str]) -> None:
