@@ -144,3 +144,25 @@ def test_the_mirror_sees_one_bit_flipped_anywhere_in_a_slot(most_of_the_pool) ->
                 assert mirror.unchanged(slots) == [True] * len(slots)
     mirror.forget([3])
     assert mirror.unchanged(slots) == expected
+
+
+def test_a_slot_that_left_the_tree_is_not_read_until_it_is_cached_again() -> None:
+    # The capture says which slots changed owner; a slot that left the tree is among them, and
+    # contents keep it (unsettled, then settling) without ever reading it under no owner.
+    contents = ContentCapture(build_cache())
+    assert contents._fold is not None
+    read: list[list[int]] = []
+    fold = contents._fold
+    contents._fold = lambda slots: read.append(list(slots)) or fold(slots)
+    contents.capture(Step(1), {3: 7, 4: 8}, {3, 4})
+    fresh, _ = contents.capture(Step(2), {3: 7, 4: 8}, set())
+    assert set(fresh) == {SlotId(3), SlotId(4)}
+    fresh, dropped = contents.capture(Step(3), {3: 7}, {4})  # slot 4 left the tree
+    assert fresh == {} and dropped == [SlotId(4)]
+    read.clear()
+    for step in range(4, 4 + 2 * RECHECK_EVERY):  # two rechecks
+        assert contents.capture(Step(step), {3: 7}, set()) == ({}, [])
+    assert read == []
+    contents.capture(Step(20), {3: 7, 4: 9}, {4})  # cached again, under node 9
+    fresh, _ = contents.capture(Step(21), {3: 7, 4: 9}, set())
+    assert list(fresh) == [SlotId(4)] and read == [[4]]
