@@ -20,6 +20,7 @@ import pytest
 
 from mcinspect.checks import CHECKS, NOT_CHECKED, StepView, UnknownCheck, Violation, check_step, run_checks, views
 from mcinspect.checks.kv import first_overlap, intervals, subtract, truncate
+from mcinspect.checks.writes import check_write_target
 from mcinspect.schema import (
     CacheState,
     CowEvent,
@@ -936,6 +937,18 @@ def test_a_write_into_a_cached_or_unplanned_slot_is_reported_at_its_step() -> No
     free = _writes(clean_history(), 2, written=[SlotId(3), SlotId(8)])
     v = only(run(free, names=["write-target"]), "write-target")
     assert v.slots == (8,) and "which no request of its batch planned (held by the free list)" in v.reason
+
+
+def test_a_write_then_a_finish_donation_in_one_step_after_a_gap_is_not_judged() -> None:
+    """r1's decode tracks slot 3 and r1 finishes in the same step, donating slot 3 to node 2
+    (an MRC 0.5.15 demo); the step before went unobserved, so nothing says slot 3 was r1's."""
+    history = clean_history()
+    write = next(e for e in history[2][1] if isinstance(e, TrackWriteEvent))
+    state, events = history[3]
+    same_step = [replace(write, step=Step(4)), *events]
+    assert run(edit(history, 3, events=same_step), names=["write-target"]) == []  # r1's at step 3
+    after_gap = StepView.first(state, same_step, engine(track_writes="all"))
+    assert check_write_target(after_gap) == []
 
 
 def test_a_copy_on_write_that_never_ran_is_reported_at_the_step() -> None:
