@@ -302,7 +302,10 @@ class Capture:
         if self._view.full_detail:
             marks, tail, everything = self._marked_nodes()
             catch_up = self._catch_up
-            many = everything or len(marks) + len(tail) > IMMEDIATE_NODES
+            # A small tree is read at once even when every node is to be read (a `reset()`, or a
+            # release whose tree is walked afresh each capture: MambaRadixCache): spread, a
+            # step whose reads took over half the budget left its events unpublished.
+            many = len(marks) + len(tail) + (len(self._nodes) if everything else 0) > IMMEDIATE_NODES
             if catch_up is None and self._budget_s is not None and (resync or many):
                 catch_up = self._catch_up = CatchUp(self.published())
             if catch_up is None:

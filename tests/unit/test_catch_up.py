@@ -182,6 +182,25 @@ def test_a_step_whose_reads_fit_publishes_everything_at_once(hooks: tuple[EventS
     assert published == full_read(tree.scheduler, sink, 1)
 
 
+def test_a_small_tree_read_whole_is_read_at_once(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """After a `reset()` (as on the releases whose tree is walked afresh each capture) every node
+    is to be read: with few nodes, the same step reads and publishes them, whatever the budget
+    (spread, a step whose reads took over half of it published nothing: its events were lost)."""
+    sink, _ = hooks
+    tree = Tree()
+    for _ in range(20):
+        tree.insert()
+    capture = Capture(tree.scheduler, sink, budget_s=1e-9)
+    published = capture.full_state(Step(0))
+    tree.scheduler.tree_cache.reset()
+    for _ in range(10):
+        tree.insert()
+    parts = capture.step(Step(1))
+    assert parts is not None and not capture.catching_up and parts.removed_nodes
+    apply_delta(published, parts.to_delta(seq=Seq(1), step=Step(1), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, 1)
+
+
 def test_the_caught_up_baseline_leaves_nothing_for_the_cyclic_gc(hooks: tuple[EventSink, ErrorCounter]) -> None:
     """KV runs and claim lists are tuples, which a collection stops tracking: as lists, a
     100k-node catch-up kept 200k tracked objects alive and set off full collections over the
