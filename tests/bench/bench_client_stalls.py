@@ -377,7 +377,6 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         phases.append(
             {"late": late, "work": worked - began, "hooks": hooks, "on_step": ended - worked, **in_step, "late.runq": late_runq, **where}
         )
-        own.append(inspector_part(phases[-1]))
         spans.append((began - late, ended))
         rested = done
         if profiler is not None:
@@ -389,8 +388,8 @@ def engine(n_nodes: int, profile: bool, holds: bool = False, census: bool = Fals
         if untimed[0]:
             stalls[-1] += untimed[0]
             phases[-1]["gc.untimed"] = untimed[0]
-            own[-1] = inspector_part(phases[-1])
             untimed[0] = 0.0
+        own.append(inspector_part(phases[-1]))
         wake_at = max(ended, began + STEP_S - late)
         time.sleep(max(0.0, wake_at - time.perf_counter()))
 
@@ -651,13 +650,12 @@ def run_size(n: int, before_site: str | None, after_only: bool, key_dir: str, op
                     print(f"        asleep in the kernel: {line}", flush=True)
     b = before or {}
     print(
-        f"    a full collection of the built heap, ms before / after: {b.get('full-gc', float('nan')) * 1e3:.0f}"
+        f"    a full collection of the built heap, ms before / after: {b.get('full-gc', nan) * 1e3:.0f}"
         f" / {after['full-gc'] * 1e3:.0f} ({b.get('tracked', '-')} / {after['tracked']} tracked objects)",
         flush=True,
     )
     gcs = ", ".join(
-        f"{a} {b.get(a + '.gc', float('nan')) * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f}"
-        f" ({b.get(a + '.full', '-')} / {after[a + '.full']} full)"
+        f"{a} {b.get(a + '.gc', nan) * 1e3:.0f} / {after[a + '.gc'] * 1e3:.0f} ({b.get(a + '.full', '-')} / {after[a + '.full']} full)"
         for a in ACTIONS
     )
     print(f"    longest cyclic GC pause during each action (any thread), ms before / after: {gcs}", flush=True)
