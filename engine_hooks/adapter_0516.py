@@ -41,6 +41,8 @@ class WalkedTreeView(PythonTreeView):
     """Every node of a UnifiedRadixCache without a tree core (generations.FullTreeView); `core`
     is the cache itself."""
 
+    walked = True
+
     def __init__(self, cache: Any) -> None:
         super().__init__(cache)
         self._arena: dict[int, Any] = {}

@@ -93,6 +93,7 @@ class PythonTreeView:
     """Every node of sglang's Python `UnifiedTreeCore`."""
 
     full_detail = True
+    walked = False
 
     def __init__(self, tree_core: Any) -> None:
         self.core = tree_core

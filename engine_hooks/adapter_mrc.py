@@ -50,6 +50,7 @@ class MrcTreeView:
     """Every node of a MambaRadixCache (generations.FullTreeView)."""
 
     full_detail = True
+    walked = True
 
     def __init__(self, cache: Any) -> None:
         self.cache = cache

@@ -302,11 +302,12 @@ class Capture:
         if self._view.full_detail:
             marks, tail, everything = self._marked_nodes()
             catch_up = self._catch_up
-            # A small tree is read at once even when every node is to be read (a `reset()`, or a
-            # release whose tree is walked afresh each capture: MambaRadixCache): spread, a
-            # step whose reads took over half the budget left its events unpublished.
+            # A small tree is read at once even when every node is to be read (a `reset()`):
+            # spread, a step whose reads took over half the budget left its events unpublished.
+            # A walked tree is read whole at every capture, however big: with no marks, a read
+            # spread over steps would begin again at each (nothing says what moved meanwhile).
             many = len(marks) + len(tail) + (len(self._nodes) if everything else 0) > IMMEDIATE_NODES
-            if catch_up is None and self._budget_s is not None and (resync or many):
+            if catch_up is None and self._budget_s is not None and (resync or many) and not self._view.walked:
                 catch_up = self._catch_up = CatchUp(self.published())
             if catch_up is None:
                 todo = marks.union(tail, self._nodes if everything else ())
@@ -372,7 +373,8 @@ class Capture:
         assert self._budget_s is not None
         deadline = time.perf_counter() + self._budget_s
         catch_up.steps += 1
-        arena = self._view.arena()
+        arena = self._arena
+        assert arena is not None  # this step's _marked_nodes read it
         while (chunk := catch_up.next_nodes(arena)) is not None:
             upserts, removed = self._read_nodes(chunk, catch_up.todo)
             if catch_up.stale_depths:
@@ -440,7 +442,8 @@ class Capture:
             return [], []
         view = self._view
         catch_up = self._catch_up
-        arena = view.arena()
+        arena = self._arena  # this step's (a walked tree's would be walked again: O(tree) a chunk)
+        assert arena is not None
         removed = [NodeId(n) for n in ids if n not in arena and n in self._nodes]
         alive = [arena[n] for n in ids if n in arena]
         memo: dict[int, int] = {}

@@ -75,6 +75,10 @@ class _TreeViewBase(Protocol):
 class FullTreeView(_TreeViewBase, Protocol):
     """Every node (adapter_0523.PythonTreeView): `full_detail` True."""
 
+    walked: bool
+    """`arena()` walks the tree into a new dict each call (no arena, no dirty marks): every
+    capture reads every node (MambaRadixCache, 0.5.16)."""
+
     def arena(self) -> dict[int, Any]: ...
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]: ...
     def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]: ...

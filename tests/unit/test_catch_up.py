@@ -21,6 +21,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParam
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from mcinspect.schema import CacheState, Counters, Seq, Step, apply_delta  # noqa: E402
+from mcinspect_engine_hooks import adapter_0516  # noqa: E402
 from mcinspect_engine_hooks.capture import RETIRED_A_STEP, Capture  # noqa: E402
 from mcinspect_engine_hooks.catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink  # noqa: E402
@@ -199,6 +200,35 @@ def test_a_small_tree_read_whole_is_read_at_once(hooks: tuple[EventSink, ErrorCo
     assert parts is not None and not capture.catching_up and parts.removed_nodes
     apply_delta(published, parts.to_delta(seq=Seq(1), step=Step(1), events=[], counters=Counters()))
     assert published == full_read(tree.scheduler, sink, 1)
+
+
+def test_a_walked_tree_of_many_nodes_is_read_whole_once_a_step(
+    hooks: tuple[EventSink, ErrorCounter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the releases whose tree is walked afresh at each capture (MambaRadixCache, 0.5.16: no
+    arena, no marks) every node is to be read at every capture, and nothing says which of
+    them moved since: a read spread over steps began again at every step and never published.
+    Each capture reads the whole tree in its own step, from one walk, whatever the budget."""
+    sink, errors = hooks
+    tree = Tree()
+    capture = Capture(tree.scheduler, sink, budget_s=1e-9)
+    capture._view = adapter_0516.WalkedTreeView(tree.scheduler.tree_cache.tree_core)  # 0.5.16's view, over this core
+    published = capture.full_state(Step(0))
+    for _ in range(GROUPS * PER_GROUP):
+        tree.insert()
+    assert len(tree.scheduler.tree_cache.tree_core._node_arena) > 2 * IMMEDIATE_NODES
+    walks = []
+    walk = adapter_0516.walked_arena
+    monkeypatch.setattr(adapter_0516, "walked_arena", lambda root: walks.append(1) or walk(root))
+    for n in range(1, 6):
+        walks.clear()
+        parts = capture.step(Step(n))
+        assert parts is not None and not capture.catching_up
+        assert len(walks) == 1
+        apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+        assert published == full_read(tree.scheduler, sink, n)
+        tree.change()
+    assert errors.total == 0
 
 
 def test_the_caught_up_baseline_leaves_nothing_for_the_cyclic_gc(hooks: tuple[EventSink, ErrorCounter]) -> None:
