@@ -254,7 +254,7 @@ class Capture:
             self._nodes = CowMap(self._view.path_records(_anchors(held)))
             self._tree_slots = _index(self._nodes.values())
             self._tree_flat = self._view.tree_slots()
-        self._requests, self._req_claims, _ = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
+        self._requests, self._req_claims, *_ = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         self._admission = set(self.sink.admission_slots())
         self._free = free = self._read_free()
         is_free = free.tolist()
@@ -396,10 +396,8 @@ class Capture:
 
     def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[Rid], set[int]]:
         """Move the request baseline: (upserts, removed, slots whose request claims changed)."""
-        records, self._req_claims, moved = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
+        records, self._req_claims, moved, upserts = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         old = self._requests
-        # The reader hands back the same record while nothing in it moved: identity first.
-        upserts = [r for rid, r in records.items() if (before := old.get(rid)) is not r and before != r]
         removed = [rid for rid in old if rid not in records]
         self._requests = records
         return upserts, removed, moved

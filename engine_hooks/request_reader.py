@@ -17,7 +17,7 @@ off the host all of a step's values go in one device copy.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -48,7 +48,7 @@ class _Seen:
     """One request's (or streaming session's) values as last read, and what was built from them."""
 
     __slots__ = ("req", "fields", "tensors", "views", "mirror_key", "mirrors", "key", "claims", "record", "lengths")
-    __slots__ += ("row_key", "row_len", "runs")
+    __slots__ += ("row_key", "row_len", "runs", "differs")
 
     def __init__(self, req: Any, fields: Any, claims: tuple[SlotClaim, ...]) -> None:
         self.req, self.fields = req, fields
@@ -69,11 +69,26 @@ class _Seen:
         """(row, protected prefix, retraction count): while the same, decode only appends to the row."""
         self.row_len = 0
         self.runs: FrozenRuns = ()
+        self.differs = True
+        """The last `_update` built a record that differs from the one kept before it."""
 
 
 _Plan = tuple[Rid, "HeldRequest | None", Any, _Seen, Any, int, int]
 """(rid, held request (None: a session), its fields (req_kv.kv_of), its _Seen, row, and the part
 of the row not read yet: [start, end))."""
+
+
+class Read(NamedTuple):
+    """One read: the held requests' records, the claims, and what moved since the last read."""
+
+    records: dict[Rid, RequestRecord]
+    claims: Claims
+    """Request claims by slot incl. sessions': the reader's own index, updated in place by the
+    next read (the caller must not change it)."""
+    moved: set[int]
+    """Slots whose claims changed."""
+    upserts: list[RequestRecord]
+    """Records that differ from the last read's (in `records`' order)."""
 
 
 class RequestReader:
@@ -87,11 +102,11 @@ class RequestReader:
         """The last read ran to the end: `_seen` and `_claims` agree (a read that raised leaves
         them apart; the next read rebuilds everything)."""
         self._host = HostViews()
+        self._records: dict[Rid, RequestRecord] = {}
+        """The last read's records: what `Read.upserts` differ from."""
 
-    def read(self, held: Mapping[Rid, HeldRequest], sessions: Mapping[Rid, Any]) -> tuple[dict[Rid, RequestRecord], Claims, set[int]]:
-        """(records of `held`, request claims by slot incl. sessions', the slots whose claims
-        changed since the last read). The claims are the reader's own index, updated in place
-        by the next read: the caller must not change it."""
+    def read(self, held: Mapping[Rid, HeldRequest], sessions: Mapping[Rid, Any]) -> Read:
+        """The records of `held` and the claims now, and what moved since the last read."""
         fresh = not self._consistent
         self._consistent = False
         last = {} if fresh else self._seen
@@ -111,6 +126,8 @@ class RequestReader:
         if ints is None:
             ints = self._device_ints(plans)
         records: dict[Rid, RequestRecord] = {}
+        upserts: list[RequestRecord] = []
+        last_records = self._records
         seen_now: dict[Rid, _Seen] = {}
         changed: list[tuple[Rid, tuple[SlotClaim, ...], tuple[SlotClaim, ...]]] = []
         for (rid, h, kv, seen, row, _, end), values in zip(plans, ints):
@@ -119,14 +136,21 @@ class RequestReader:
             if h is None:
                 _update_session(rid, kv, seen, values)
             else:
-                records[rid] = _update(rid, h, kv, seen, values, row, end)
+                kept_record = seen.record
+                records[rid] = record = _update(rid, h, kv, seen, values, row, end)
+                if record is not kept_record:
+                    # `_update` tells a record it rebuilt from the one it kept; against the last
+                    # read's (another, or none, when `seen` is new) only a compare can.
+                    last = last_records.get(rid)
+                    if last is None or (seen.differs if last is kept_record else record != last):
+                        upserts.append(record)
             if seen.claims is not before:
                 changed.append((rid, before, seen.claims))
         changed += [(rid, gone.claims, ()) for rid, gone in self._seen.items() if rid not in seen_now and gone.claims]
         moved = self._rebuild_claims(seen_now.values()) if fresh else _move_claims(self._claims, changed)
-        self._seen = seen_now
+        self._seen, self._records = seen_now, records
         self._consistent = True
-        return records, self._claims, moved
+        return Read(records, self._claims, moved, upserts)
 
     def _host_ints(self, plans: list[_Plan]) -> list[Ints] | None:
         """Every request's values through numpy views; None when a tensor is off the host."""
@@ -233,14 +257,16 @@ def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row
         ping_pong_mirror,
     )  # fmt: skip
     lengths = (len(req.output_ids), kv.kv_committed_len, kv.kv_allocated_len)
-    record = seen.record
+    record = kept = seen.record
     if key != seen.key or record is None:
         if seen.key is None or key[:_CLAIM_FIELDS] != seen.key[:_CLAIM_FIELDS]:
             seen.claims = tuple(_claims(rid, *key[:_CLAIM_FIELDS]))
         record = _record(rid, held, kv, key, seen.runs, lengths)
+        seen.differs = kept is None or record != kept  # a key field the record does not show may have moved
     elif lengths != seen.lengths or record.kv_runs is not seen.runs:
         output_len, committed, allocated = lengths
         record = msgspec.structs.replace(record, output_len=output_len, committed_len=committed, allocated_len=allocated, kv_runs=seen.runs)
+        seen.differs = lengths != seen.lengths or record.kv_runs != kept.kv_runs
     seen.key, seen.lengths, seen.record = key, lengths, record
     return record
 

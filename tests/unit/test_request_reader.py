@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from cache_driver import Driver  # noqa: E402
 
 from mcinspect_engine_hooks.pools_0523 import held_requests, session_kv  # noqa: E402
-from mcinspect_engine_hooks.request_reader import RequestReader  # noqa: E402
+from mcinspect_engine_hooks.request_reader import Read, RequestReader  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
 
@@ -27,28 +27,32 @@ class DeviceCopyReader(RequestReader):
         return None
 
 
-def read(reader: RequestReader, scheduler: SimpleNamespace) -> tuple[Any, Any, set[int]]:
+def read(reader: RequestReader, scheduler: SimpleNamespace) -> Read:
     return reader.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
 
 
 class Checked:
     """One reader kept across steps; each read compared with fresh readers' (host and device
-    paths), and its `moved` with the claim lists that really changed."""
+    paths), its `moved` with the claim lists that really changed, and its `upserts` with the
+    records that differ from the last read's."""
 
     def __init__(self, scheduler: SimpleNamespace) -> None:
         self.scheduler = scheduler
         self.reader = RequestReader(scheduler.req_to_token_pool)
         self.claims: dict[int, list[Any]] = {}
+        self.records: dict[Any, Any] = {}
 
     def read(self) -> tuple[dict[Any, Any], set[int]]:
-        records, claims, moved = read(self.reader, self.scheduler)
+        records, claims, moved, upserts = read(self.reader, self.scheduler)
         for fresh_reader in (RequestReader, DeviceCopyReader):
-            fresh_records, fresh_claims, _ = read(fresh_reader(self.scheduler.req_to_token_pool), self.scheduler)
+            fresh_records, fresh_claims, *_ = read(fresh_reader(self.scheduler.req_to_token_pool), self.scheduler)
             assert records == fresh_records and list(records) == list(fresh_records)
             assert claims == fresh_claims
         before = self.claims
         assert moved == {slot for slot in before.keys() | claims.keys() if before.get(slot) != claims.get(slot)}
+        assert upserts == [record for rid, record in records.items() if self.records.get(rid) != record]
         self.claims = {slot: list(listed) for slot, listed in claims.items()}
+        self.records = dict(records)
         return records, moved
 
 
