@@ -34,8 +34,10 @@ class ContentMirror:
         # (NaN != NaN, -0.0 == 0.0 would make a float compare wrong both ways); the widest
         # words that tile a row (equal bits either way), fewer words to gather and compare.
         self._pool = [_widest(t.view(torch.uint8).view(t.shape[0], t.shape[1], -1).numpy()) for t in tensors]
-        # Slot-major ([slots, layers, words]): a slot's copy is one contiguous run to gather.
-        self._copy = [np.zeros((view.shape[1], view.shape[0], view.shape[2]), dtype=view.dtype) for view in self._pool]
+        # The copies in the pool's own layout, so that a compare of the whole pool runs over
+        # both contiguously, into a buffer kept for it (a byte a word).
+        self._copy = [np.zeros_like(view) for view in self._pool]
+        self._differs = [np.empty(view.shape, dtype=bool) for view in self._pool]
         self._valid = np.zeros(tensors[0].shape[1], dtype=bool)
 
     @classmethod
@@ -56,19 +58,20 @@ class ContentMirror:
             # Most of the pool: compare all of it in place (half the numpy calls of gathering
             # the slots first), then pick.
             same = self._valid.copy()
-            for pool, copy in zip(self._pool, self._copy):
-                same &= ~(pool.transpose(1, 0, 2) != copy).any(axis=(1, 2))
+            for pool, copy, differs in zip(self._pool, self._copy, self._differs):
+                np.not_equal(pool, copy, out=differs)
+                same &= ~differs.any(axis=(0, 2))
             return same[ids].tolist()
         same = self._valid[ids]
         for pool, copy in zip(self._pool, self._copy):
-            same &= (pool[:, ids].transpose(1, 0, 2) == copy[ids]).all(axis=(1, 2))
+            same &= (pool[:, ids] == copy[:, ids]).all(axis=(0, 2))
         return same.tolist()
 
     def store(self, slots: list[int]) -> None:
         """Record the bits `slots` hold now: the ones just fingerprinted."""
         ids = np.asarray(slots, dtype=np.int64)
         for pool, copy in zip(self._pool, self._copy):
-            copy[ids] = pool[:, ids].transpose(1, 0, 2)
+            copy[:, ids] = pool[:, ids]
         self._valid[ids] = True
 
     def forget(self, slots: list[int]) -> None:
