@@ -60,12 +60,12 @@ def held_requests(scheduler: Any, batch: Any = None) -> dict[Rid, HeldRequest]:
     chunked = getattr(scheduler, "chunked_req", None)
     if chunked is not None:
         held[chunked.rid] = HeldRequest(chunked, "chunked")
-    lists: list[Any] = []  # in decode the batch just run, running_batch and last_batch are one
+    listed: set[int] = set()  # ids of the lists read: in decode the batch just run, running_batch and last_batch share one
     for one in batches:
         reqs = getattr(one, "reqs", None)
-        if not reqs or any(reqs is other for other in lists):
+        if not reqs or id(reqs) in listed:  # the batches hold their lists meanwhile: no id is reused
             continue
-        lists.append(reqs)
+        listed.add(id(reqs))
         for req in reqs:
             if req.rid in held:
                 continue
