@@ -1,7 +1,8 @@
 """The MambaRadixCache generation (sglang 0.5.12-0.5.15): its hook table binds to bodies, a
-request's flat fields read as 0.5.23's `req.kv`, and the `mamba-lru` check (#12007) on records
-and on sglang's real MambaRadixCache class (that part runs in a release venv that has it:
-`.venv-sglang-0.5.15/bin/python -m pytest tests/unit/test_mrc_generation.py`)."""
+request's flat fields read as 0.5.23's `req.kv`, the `mamba-lru` check (#12007) on records, and
+on sglang's real MambaRadixCache class that check and every-step captures of a tree of many nodes
+(those parts run in a release venv that has the class: `.venv-sglang-0.5.15/bin/python -m pytest
+tests/unit/test_mrc_generation.py`, which CI runs through tests/integration/test_releases.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from mcinspect.checks import StepView, check_step  # noqa: E402
-from mcinspect.schema import NodeId  # noqa: E402
+from mcinspect.schema import Counters, NodeId, Seq, Step, apply_delta  # noqa: E402
+from mcinspect_engine_hooks.capture import Capture  # noqa: E402
+from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S, IMMEDIATE_NODES  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE, resolve, select  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
@@ -176,10 +179,15 @@ def test_0_5_23_records_leave_the_check_silent() -> None:
 
 
 class _Slots:
-    """The mamba allocator and KV allocator the cache frees into (their lists are not read here)."""
+    """The mamba allocator and KV allocator the cache frees into, with what a Capture reads of
+    them: empty free lists (a capture's slot claims then say "unaccounted", which is not checked here)."""
+
+    page_size, size = 1, 1 << 16
 
     def __init__(self) -> None:
         self.freed: list[int] = []
+        self.free_slots = self.free_pages = torch.zeros(0, dtype=torch.int64)
+        self.release_pages = None
 
     def free(self, index: torch.Tensor) -> None:
         self.freed += index.reshape(-1).tolist()
@@ -189,8 +197,9 @@ def _real_cache() -> Any:
     mrc = _served_mamba_radix_cache()
     cache = mrc.MambaRadixCache.__new__(mrc.MambaRadixCache)
     slots = _Slots()
+    pool = SimpleNamespace(mamba_allocator=slots, mamba_pool=slots, req_to_token=torch.zeros(1, 1, dtype=torch.int32))
     cache.__dict__.update(
-        req_to_token_pool=SimpleNamespace(mamba_allocator=slots, mamba_pool=slots), token_to_kv_pool_allocator=_Slots(),
+        req_to_token_pool=pool, token_to_kv_pool_allocator=_Slots(),
         mamba_cache_chunk_size=64, page_size=1, disable=False, enable_kv_cache_events=False,
         enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False, kv_event_queue=[],
         device=torch.device("cpu"),
@@ -232,3 +241,38 @@ def test_the_real_mamba_radix_cache_keeps_its_lru_in_order_and_the_check_sees_it
     lru.reset_node_mru(oldest)  # moved to the front without an access: #12007's disagreement
     found = _records_check(cache)
     assert len(found) == 1 and found[0].nodes[0] == oldest.id, found
+
+
+def test_every_step_of_a_real_mamba_radix_cache_tree_of_many_nodes_is_captured() -> None:
+    """Its tree is walked afresh at each capture (no arena, no marks): a capture that has to read
+    more than IMMEDIATE_NODES nodes is not spread over steps (spread, it began again at every
+    step: a 1049-node tree published none of 30 steps), and each step's delta leads to what a
+    full read sees."""
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    cache = _real_cache()
+    scheduler = SimpleNamespace(
+        tree_cache=cache, req_to_token_pool=cache.req_to_token_pool, token_to_kv_pool_allocator=cache.token_to_kv_pool_allocator
+    )
+    capture = Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE, budget_s=CATCH_UP_BUDGET_S)
+    published = capture.full_state(Step(0))
+    keys = []
+
+    def insert() -> None:
+        n = len(keys)
+        keys.append([1000 + n % 12, 2000 + n % 12, 3000 + n % 3, 4000 + n, 5000 + n])  # branches, splits
+        _insert(cache, keys[-1], slot=n + 1)
+
+    for _ in range(2 * IMMEDIATE_NODES):
+        insert()
+    assert len(capture._view.arena()) > 2 * IMMEDIATE_NODES
+    for n in range(1, 6):
+        parts = capture.step(Step(n))
+        assert parts is not None and not capture.catching_up
+        apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+        assert published == Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(n))
+        for _ in range(3):  # a step's worth: inserts, a hit, an eviction, through sglang's own methods
+            insert()
+        cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", keys[n]), None)))
+        cache.evict_mamba(1)
