@@ -145,6 +145,27 @@ def test_a_state_that_leaves_the_tree_first_is_not_verified(engine: SimpleNamesp
     assert (stats.verified, stats.gone, stats.queued) == (0, 1, 0)
 
 
+def test_a_state_whose_references_run_is_still_counted_queued(
+    engine: SimpleNamespace, zero_oracle: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stats reply (the request thread) while a state's references run counts it: taken out of
+    the queue first, it was neither queued nor verified meanwhile, and a demo that read "0
+    queued" then stopped waiting for the verifier summed one state short of its inserts."""
+    cache_request(engine, [(7 * i) % 500 + 3 for i in range(40)])
+    seen = []
+    references = ZeroOracle.references
+
+    def replying_meanwhile(self: ZeroOracle, prefixes: Sequence[Sequence[int]]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        stats = engine.verifier.stats()
+        seen.append(stats.verified + stats.gone + stats.queued)
+        return references(self, prefixes)
+
+    monkeypatch.setattr(ZeroOracle, "references", replying_meanwhile)
+    engine.verifier.on_turn(Step(1), idle=False)
+    stats = engine.verifier.stats()
+    assert seen == [1] and (stats.verified, stats.gone, stats.queued) == (1, 0, 0)
+
+
 def test_nodes_are_verified_on_request_and_unknown_ones_explained(engine: SimpleNamespace, zero_oracle: list) -> None:
     node, slot = cache_request(engine, [(13 * i) % 500 + 3 for i in range(64)])
     started = engine.verifier.start([node, NodeId(999)], everything=False)
