@@ -42,14 +42,15 @@ in the engine's environment for full detail (the Rust core exists for speed on l
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash, pack_tokens
 
 from .components import FULL, MAMBA
-from .tensor_runs import FrozenRuns, ints_of_many, runs_of_many
+from .node_derived import DerivedMemo
+from .tensor_runs import ints_of_many, runs_of_many
 
 UNKNOWN = -1
 """Lock refs, hit count and last access of a node the Rust core does not show."""
@@ -97,7 +98,7 @@ class PythonTreeView:
 
     def __init__(self, tree_core: Any) -> None:
         self.core = tree_core
-        self._derived: dict[int, _Derived] = {}
+        self._derived = DerivedMemo(_values, _raw_tokens)
         """Per node recently read: what its key and values gave (see `records`)."""
 
     def arena(self) -> dict[int, Any]:
@@ -127,10 +128,9 @@ class PythonTreeView:
     def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]:
         """NodeRecords for (node, depth) pairs; one device copy for all their values.
 
-        A step re-reads mostly the same few nodes (a lock moved along a path): for a read of at
-        most REUSE_NODES, a node whose key and values are the objects its last read saw keeps
-        what they gave (KV runs, slot, tokens, key hash). sglang never edits them in place: a
-        split, an insert, an eviction binds new ones."""
+        A step re-reads mostly the same few nodes (a lock moved along a path), a walked tree all
+        of them: a node whose key and values are the objects its last read saw keeps what they
+        gave (KV runs, slot, tokens, key hash: node_derived.py)."""
         if not items:
             return []
         core = self.core
@@ -138,7 +138,7 @@ class PythonTreeView:
         leaves = core.evictable_device_leaves
         full_lru = core.lru_lists[FULL].cache
         mamba_lru = core.lru_lists[MAMBA].cache
-        derived = self._derive(items) if len(items) <= REUSE_NODES else _derive_all(items)
+        derived = self._derived.derive([node for node, _ in items], whole_tree=self.walked)
         out = []
         for (node, depth), known in zip(items, derived):
             full = node.component_data[FULL]
@@ -165,28 +165,6 @@ class PythonTreeView:
                 )
             )
         return out
-
-    def _derive(self, items: Sequence[tuple[Any, int]]) -> list[_Derived]:
-        """`_derive_all`, reusing what a node's last read derived from the same objects."""
-        memo = self._derived
-        out: list[_Derived | None] = []
-        stale = []
-        for item in items:
-            known = memo.get(item[0].id)
-            if known is not None and not known.same(item[0]):
-                known = None
-            if known is None:
-                stale.append(item)
-            out.append(known)
-        fresh = iter(_derive_all(stale))
-        if len(memo) + len(stale) > REMEMBERED_NODES:
-            memo.clear()
-        result = []
-        for (node, _), known in zip(items, out):
-            if known is None:
-                known = memo[node.id] = next(fresh)
-            result.append(known)
-        return result
 
     def node(self, node_id: int) -> Any:
         """The node with this id while it is in the tree, else None."""
@@ -217,41 +195,13 @@ class PythonTreeView:
         return [token for key in reversed(keys) for token in key]
 
 
-REUSE_NODES = 256
-"""Reads of up to this many nodes (a step's) reuse and remember what nodes' values gave."""
-REMEMBERED_NODES = 4096
-"""Nodes remembered at most (their key and value objects are held): forgotten all at once."""
+def _values(node: Any) -> tuple[Any, Any, Any]:
+    data = node.component_data
+    return node.key, data[FULL].value, data[MAMBA].value
 
 
-class _Derived(NamedTuple):
-    """What a node's key and values gave, with those objects (compared by identity)."""
-
-    key: Any
-    full: Any
-    mamba: Any
-    key_len: int
-    tokens: bytes
-    key_hash: int
-    kv_runs: FrozenRuns
-    slot: int
-
-    def same(self, node: Any) -> bool:
-        data = node.component_data
-        return self.key is node.key and self.full is data[FULL].value and self.mamba is data[MAMBA].value
-
-
-def _derive_all(items: Sequence[tuple[Any, int]]) -> list[_Derived]:
-    """Key tokens, key hash, KV runs and mamba slot of each node; one device copy for all."""
-    if not items:
-        return []
-    full = [node.component_data[FULL].value for node, _ in items]
-    mamba = [node.component_data[MAMBA].value for node, _ in items]
-    out = []
-    for (node, _), full_value, mamba_value, runs, slot in zip(items, full, mamba, runs_of_many(full), ints_of_many(mamba)):
-        tokens = node.key.raw_token_ids()
-        packed = pack_tokens(tokens[:INLINE_TOKENS])
-        out.append(_Derived(node.key, full_value, mamba_value, len(node.key), packed, key_hash(tokens), runs, slot[0] if slot else -1))
-    return out
+def _raw_tokens(key: Any) -> Any:
+    return key.raw_token_ids()
 
 
 def depth_of(node: Any, known: Callable[[int], int | None], memo: dict[int, int] | None = None) -> int:

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from mcinspect.schema import INLINE_TOKENS, NodeId, NodeRecord, SlotId, key_hash, pack_tokens
+from mcinspect.schema import NodeId, NodeRecord, SlotId
 
+from .node_derived import DerivedMemo
 from .req_kv import key_tokens
-from .tensor_runs import ints_of_many, runs_of_many
 from .tree_walk import walked_arena, walked_depths
 
 
@@ -55,6 +55,7 @@ class MrcTreeView:
     def __init__(self, cache: Any) -> None:
         self.cache = cache
         self._arena: dict[int, Any] = {}
+        self._derived = DerivedMemo(_values, _tokens)
 
     def arena(self) -> dict[int, Any]:
         """NodeId -> node, ids ascending (the newest last), walked afresh: a new dict each call."""
@@ -72,22 +73,21 @@ class MrcTreeView:
         full_lru = cache.full_lru_list.cache
         mamba_lru = cache.mamba_lru_list.cache
         oldest_end = cache.mamba_lru_list.tail
-        kv_runs = runs_of_many([None if node is root else node.value for node, _ in items])
-        slots = ints_of_many([node.mamba_value for node, _ in items])
+        # Read whole at each capture: what a node's key and values gave is kept while they are the same objects.
+        derived = self._derived.derive([node for node, _ in items], whole_tree=True)
         out = []
-        for (node, depth), runs, slot in zip(items, kv_runs, slots):
-            tokens = list(key_tokens(node.key))
+        for (node, depth), known in zip(items, derived):
             out.append(
                 NodeRecord(
                     id=NodeId(node.id),
                     parent=NodeId(node.parent.id if node.parent is not None else -1),
                     depth=depth,
-                    key_len=len(node.key),
-                    tokens=pack_tokens(tokens[:INLINE_TOKENS]),
-                    key_hash=key_hash(tokens),
-                    kv_runs=runs,
+                    key_len=known.key_len,
+                    tokens=known.tokens,
+                    key_hash=known.key_hash,
+                    kv_runs=known.kv_runs,
                     kv_evicted=node is not root and node.value is None,
-                    mamba_slot=SlotId(slot[0] if slot else -1),
+                    mamba_slot=SlotId(known.slot),
                     full_lock=node.full_lock_ref,
                     mamba_lock=node.mamba_lock_ref,
                     in_full_lru=node.id in full_lru,
@@ -137,6 +137,15 @@ class MrcTreeView:
             keys.append(list(key_tokens(node.key)))
             node = node.parent
         return [token for key in reversed(keys) for token in key]
+
+
+def _values(node: Any) -> tuple[Any, Any, Any]:
+    """(key, KV value: none for the root, whose value is a list, mamba value)."""
+    return node.key, None if node.parent is None else node.value, node.mamba_value
+
+
+def _tokens(key: Any) -> list[int]:
+    return list(key_tokens(key))
 
 
 def _older(node: Any, members: dict[int, Any], tail: Any) -> int:
