@@ -38,6 +38,7 @@ from mcinspect_engine_hooks.req_kv import (  # noqa: E402
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 import factory  # noqa: E402
+import mrc_cache  # noqa: E402
 
 
 def test_every_row_binds_to_a_body_and_the_generation_comes_after_0_5_23s() -> None:
@@ -178,42 +179,9 @@ def test_0_5_23_records_leave_the_check_silent() -> None:
 # --- sglang's real MambaRadixCache (release venvs of 0.5.12-0.5.15) ---
 
 
-class _Slots:
-    """The mamba allocator and KV allocator the cache frees into, with what a Capture reads of
-    them: empty free lists (a capture's slot claims then say "unaccounted", which is not checked here)."""
-
-    page_size, size = 1, 1 << 16
-
-    def __init__(self) -> None:
-        self.freed: list[int] = []
-        self.free_slots = self.free_pages = torch.zeros(0, dtype=torch.int64)
-        self.release_pages = None
-
-    def free(self, index: torch.Tensor) -> None:
-        self.freed += index.reshape(-1).tolist()
-
-
 def _real_cache() -> Any:
-    mrc = _served_mamba_radix_cache()
-    cache = mrc.MambaRadixCache.__new__(mrc.MambaRadixCache)
-    slots = _Slots()
-    pool = SimpleNamespace(mamba_allocator=slots, mamba_pool=slots, req_to_token=torch.zeros(1, 1, dtype=torch.int32))
-    cache.__dict__.update(
-        req_to_token_pool=pool, token_to_kv_pool_allocator=_Slots(),
-        mamba_cache_chunk_size=64, page_size=1, disable=False, enable_kv_cache_events=False,
-        enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False, kv_event_queue=[],
-        device=torch.device("cpu"),
-    )  # fmt: skip
-    cache.reset()
-    return cache
-
-
-def _insert(cache: Any, tokens: list[int], slot: int) -> None:
-    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
-
-    key = RadixKey(array("q", tokens), None)
-    cache.insert(InsertParams(key=key, value=torch.arange(len(tokens)), mamba_value=torch.tensor([slot])))
+    _served_mamba_radix_cache()
+    return mrc_cache.build_cache()
 
 
 def _records_check(cache: Any) -> list[Any]:
@@ -229,9 +197,9 @@ def test_the_real_mamba_radix_cache_keeps_its_lru_in_order_and_the_check_sees_it
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
     cache = _real_cache()
-    _insert(cache, [1, 2, 3, 4], 11)
-    _insert(cache, [1, 2, 3, 4, 5, 6], 12)  # a child of the first
-    _insert(cache, [1, 2, 9, 9], 13)  # splits the first at 2 (a split parent holds no state)
+    mrc_cache.insert(cache, [1, 2, 3, 4], 11)
+    mrc_cache.insert(cache, [1, 2, 3, 4, 5, 6], 12)  # a child of the first
+    mrc_cache.insert(cache, [1, 2, 9, 9], 13)  # splits the first at 2 (a split parent holds no state)
     cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 7]), None)))
     assert _records_check(cache) == []
     cache.evict_mamba(1)  # the least recently used state goes: the list stays in order
@@ -248,31 +216,16 @@ def test_every_step_of_a_real_mamba_radix_cache_tree_of_many_nodes_is_captured()
     more than IMMEDIATE_NODES nodes is not spread over steps (spread, it began again at every
     step: a 1049-node tree published none of 30 steps), and each step's delta leads to what a
     full read sees."""
-    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
-
-    cache = _real_cache()
-    scheduler = SimpleNamespace(
-        tree_cache=cache, req_to_token_pool=cache.req_to_token_pool, token_to_kv_pool_allocator=cache.token_to_kv_pool_allocator
-    )
+    tree = mrc_cache.GrowingTree(_real_cache())
+    scheduler = mrc_cache.scheduler_of(tree.cache)
     capture = Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE, budget_s=CATCH_UP_BUDGET_S)
     published = capture.full_state(Step(0))
-    keys = []
-
-    def insert() -> None:
-        n = len(keys)
-        keys.append([1000 + n % 12, 2000 + n % 12, 3000 + n % 3, 4000 + n, 5000 + n])  # branches, splits
-        _insert(cache, keys[-1], slot=n + 1)
-
     for _ in range(2 * IMMEDIATE_NODES):
-        insert()
+        tree.insert()
     assert len(capture._view.arena()) > 2 * IMMEDIATE_NODES
     for n in range(1, 6):
         parts = capture.step(Step(n))
         assert parts is not None and not capture.catching_up
         apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
         assert published == Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(n))
-        for _ in range(3):  # a step's worth: inserts, a hit, an eviction, through sglang's own methods
-            insert()
-        cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", keys[n]), None)))
-        cache.evict_mamba(1)
+        tree.change(n)

@@ -1,0 +1,89 @@
+"""Every-step captures of a tree walked afresh at each capture (sglang's real MambaRadixCache,
+0.5.10-0.5.15: no node arena, no dirty marks), changed between steps through its own insert,
+match and evict: per tree size, the steps that published, the median and worst step of the
+scheduler-thread capture, and whether each published state equals a full read.
+
+Runs in a MambaRadixCache release venv (`bash scripts/setup-release-venv.sh 0.5.15`):
+`.venv-sglang-0.5.15/bin/python tests/bench/bench_walked_capture.py [--steps 30] [--before-site DIR] 300 1000 3000`
+(`--before-site DIR`: each size also with the packages installed in DIR first on the path, e.g.
+`pip install --no-deps --target DIR` of the main branch; before / after in one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
+
+
+def measure(inserts: int, steps: int) -> dict[str, float | int | bool]:
+    """One size in this process: the tree grown by `inserts` inserts, then `steps` captures."""
+    from mcinspect_engine_hooks.cpu_engine import patches
+
+    patches.install()
+    from mcinspect.schema import Counters, Seq, Step, apply_delta
+    from mcinspect_engine_hooks.capture import Capture
+    from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S
+    from mcinspect_engine_hooks.events import EventSink
+    from mcinspect_engine_hooks.generations import MAMBA_RADIX_CACHE
+
+    import mrc_cache
+
+    tree = mrc_cache.GrowingTree(mrc_cache.build_cache(mamba_slots=inserts + 4 * steps + 100))  # a slot an insert
+    scheduler = mrc_cache.scheduler_of(tree.cache)
+    capture = Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE, budget_s=CATCH_UP_BUDGET_S)
+    published = capture.full_state(Step(0))
+    for _ in range(inserts):
+        tree.insert()
+    nodes = len(capture._view.arena())
+    times, count, equal = [], 0, True
+    for n in range(1, steps + 1):
+        began = time.perf_counter()
+        parts = capture.step(Step(n))
+        times.append(time.perf_counter() - began)
+        if parts is not None:
+            count += 1
+            apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+            equal &= published == Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(n))
+        tree.change(n)
+    return dict(nodes=nodes, published=count, median_ms=1e3 * statistics.median(times), worst_ms=1e3 * max(times), equal=equal)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("inserts", type=int, nargs="+", help="Tree sizes, as inserts (each adds a node or two).")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--before-site", help="Also run each size with the packages in this directory first on the path.")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child run: print one size's figures as JSON
+    args = parser.parse_args()
+    if args.one is not None:
+        print(json.dumps(measure(args.one, args.steps)))
+        return
+    import importlib.metadata
+
+    print(f"sglang {importlib.metadata.version('sglang')}, {args.steps} every-step captures per tree")
+    print(f"{'tree':<22} {'nodes':>6} {'published':>10} {'median ms':>10} {'worst ms':>9}  equal to full reads")
+    for inserts in args.inserts:
+        for site in [args.before_site, None] if args.before_site else [None]:
+            env = dict(os.environ)
+            if site:
+                env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
+            command = [sys.executable, __file__, "--one", str(inserts), "--steps", str(args.steps), "0"]
+            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+            if done.returncode != 0:
+                raise SystemExit(f"{inserts} inserts: {done.stderr.strip().splitlines()[-1]}")
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            label = f"{inserts} inserts" + ((" (before)" if site else " (after)") if args.before_site else "")
+            print(
+                f"{label:<22} {r['nodes']:>6} {r['published']:>4} of {args.steps:<3} {r['median_ms']:>10.1f} {r['worst_ms']:>9.1f}  {r['equal']}"
+            )
+
+
+if __name__ == "__main__":
+    main()
