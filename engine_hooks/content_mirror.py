@@ -5,8 +5,8 @@ A fingerprint, its NaN/Inf count and its zero flag are functions of the slot's r
 (mcinspect_kernels.fingerprint), so equal bits give the recorded values exactly: comparing the
 bits is the same check, at a tenth of the cost on the few-KB slots of small CPU models (a
 gather and a compare a tensor, where the fold is ~20 passes). Only for pools in host memory and
-up to MAX_BYTES: the copy doubles the pool's memory, and on a GPU the fold reads the pool in
-place anyway.
+up to MAX_BYTES: the copy doubles the pool's memory (and its compare buffer takes a byte a
+word), and on a GPU the fold reads the pool in place anyway.
 """
 
 from __future__ import annotations

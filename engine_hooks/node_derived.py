@@ -19,7 +19,7 @@ REMEMBERED_NODES = 4096
 walked tree (read whole at each capture) of up to this many nodes reuses for its whole reads."""
 
 Values = Callable[[Any], tuple[Any, Any, Any]]
-"""A node's (key, KV value: None for none or the root, mamba value)."""
+"""A node's (key, KV value, mamba value): the objects its derived fields come from."""
 Tokens = Callable[[Any], Sequence[int]]
 """A key's token ids."""
 
