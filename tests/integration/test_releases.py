@@ -284,8 +284,8 @@ def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Pat
 
 def test_the_real_mamba_radix_cache_unit_tests_pass_on_its_release() -> None:
     """tests/unit/test_mrc_generation.py's tests of sglang's real MambaRadixCache class skip in
-    .venv (0.5.23 has none): here they run in the release CI reads (every-step captures of a
-    tree of many nodes, the mamba LRU check), none skipped."""
+    .venv (0.5.23 has none): here they run in the venv of 0.5.15, the MambaRadixCache release
+    CI reads (every-step captures of a tree of many nodes, the mamba LRU check), none skipped."""
     python = venv_of(MRC_IN_CI) / "bin" / "python"
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_mrc_generation.py"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
