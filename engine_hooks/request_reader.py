@@ -48,7 +48,7 @@ class _Seen:
     """One request's (or streaming session's) values as last read, and what was built from them."""
 
     __slots__ = ("req", "fields", "tensors", "views", "mirror_key", "mirrors", "key", "claims", "record", "lengths")
-    __slots__ += ("row_key", "row_len", "runs", "differs")
+    __slots__ += ("row_key", "row_len", "runs")
 
     def __init__(self, req: Any, fields: Any, claims: tuple[SlotClaim, ...]) -> None:
         self.req, self.fields = req, fields
@@ -69,8 +69,6 @@ class _Seen:
         """(row, protected prefix, retraction count): while the same, decode only appends to the row."""
         self.row_len = 0
         self.runs: FrozenRuns = ()
-        self.differs = True
-        """The last `_update` built a record that differs from the one kept before it."""
 
 
 _Plan = tuple[Rid, "HeldRequest | None", Any, _Seen, Any, int, int]
@@ -136,13 +134,14 @@ class RequestReader:
             if h is None:
                 _update_session(rid, kv, seen, values)
             else:
-                kept_record = seen.record
-                records[rid] = record = _update(rid, h, kv, seen, values, row, end)
-                if record is not kept_record:
-                    # `_update` tells a record it rebuilt from the one it kept; against the last
-                    # read's (another, or none, when `seen` is new) only a compare can.
+                kept = seen.record
+                record, differs = _update(rid, h, kv, seen, values, row, end)
+                records[rid] = record
+                if differs:
+                    # `_update` tells its record from the one it kept; from the last read's, when
+                    # that is another (`seen` is new) or none, only a compare can.
                     last = last_records.get(rid)
-                    if last is None or (seen.differs if last is kept_record else record != last):
+                    if last is kept or last is None or record != last:
                         upserts.append(record)
             if seen.claims is not before:
                 changed.append((rid, before, seen.claims))
@@ -244,8 +243,9 @@ def _plan(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen) -> _Plan:
     return rid, held, kv, seen, row, 0, allocated
 
 
-def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row: Any, end: int) -> RequestRecord:
-    """Bring `seen` up to date with this step's values; returns the request's record."""
+def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row: Any, end: int) -> tuple[RequestRecord, bool]:
+    """Bring `seen` up to date with this step's values; returns the request's record, and
+    whether it differs from the one `seen` kept (True when it kept none)."""
     working, ping_pong, cow, working_mirror, ping_pong_mirror, tail = values
     if tail:
         seen.runs = _append(seen.runs, tail)
@@ -262,13 +262,15 @@ def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row
         if seen.key is None or key[:_CLAIM_FIELDS] != seen.key[:_CLAIM_FIELDS]:
             seen.claims = tuple(_claims(rid, *key[:_CLAIM_FIELDS]))
         record = _record(rid, held, kv, key, seen.runs, lengths)
-        seen.differs = kept is None or record != kept  # a key field the record does not show may have moved
+        differs = kept is None or record != kept  # a key field the record does not show may have moved
     elif lengths != seen.lengths or record.kv_runs is not seen.runs:
         output_len, committed, allocated = lengths
         record = msgspec.structs.replace(record, output_len=output_len, committed_len=committed, allocated_len=allocated, kv_runs=seen.runs)
-        seen.differs = lengths != seen.lengths or record.kv_runs != kept.kv_runs
+        differs = lengths != seen.lengths or record.kv_runs != kept.kv_runs
+    else:
+        differs = False
     seen.key, seen.lengths, seen.record = key, lengths, record
-    return record
+    return record, differs
 
 
 def _claim_key(kv: Any, working: list[int], ping_pong: list[int], cow: list[int]) -> tuple[Any, ...]:
