@@ -6,7 +6,9 @@ attention shapes at the given tensor-parallel size (48 layers by default, bf16 c
 [8192/tp, 3], fp32 SSM states [32/tp, 128, 128]) with planted cases: a copied slot, a one-bit
 flip, NaN/Inf, a zeroed and a -0.0 slot. It checks fingerprints, NaN/Inf counts and zero flags
 bit-exactly and distances (max_abs exactly, rel_l2 to 1e-5), then times the fingerprint over
-every slot against the device's peak and against torch's own `.sum()` of the same bytes.
+every slot, at its launch shape and at the one before, against the device's peak and against
+torch's own `.sum()` of the same bytes, and single calls as the engine makes them (1 slot, the
+device budget's, the host budget's), as now and as before (ids on the device, no kept table).
 Exits 1 on any mismatch. About 50 GiB of GPU memory at the defaults; well under 60 s.
 
     python tests/gpu/check_slot_kernels.py [--peak-tbps 4.8] [--tp 2] [--pool-size 1024]
@@ -20,12 +22,15 @@ import importlib
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 
+PREVIOUS_SHAPE = (1024, 8)
+"""The fingerprint kernel's launch shape before FINGERPRINT_SHAPE, timed beside it."""
 COPY, FLIP, NONFINITE, ZEROED, NEG_ZERO = 7, 9, 11, 13, 14
 """Planted slots: COPY holds slot 3's state, FLIP slot 3's with one bit flipped, NONFINITE
 3 NaN + 1 Inf, ZEROED +0.0 everywhere, NEG_ZERO -0.0 everywhere."""
@@ -103,6 +108,12 @@ def check_fingerprints(torch, fingerprint: ModuleType, conv, temporal, others, c
     checks.expect(all(same(torch, a[subset - 1], b) for a, b in zip(full, got)), "fingerprints: all-slot launch == subset launch")
     again = fingerprint.fingerprint_slots(conv, temporal, every, backend="triton")
     checks.expect(all(torch.equal(a, b) for a, b in zip(full, again)), "fingerprints: deterministic across runs")
+    shape, fingerprint.FINGERPRINT_SHAPE = fingerprint.FINGERPRINT_SHAPE, PREVIOUS_SHAPE
+    previous = fingerprint.fingerprint_slots(conv, temporal, every, backend="triton")
+    fingerprint.FINGERPRINT_SHAPE = shape
+    checks.expect(all(torch.equal(a, b) for a, b in zip(full, previous)), f"fingerprints: the same at launch shape {PREVIOUS_SHAPE}")
+    host_ids = fingerprint.fingerprint_slots(conv, temporal, subset.cpu(), backend="triton")
+    checks.expect(all(same(torch, a, b) for a, b in zip(got, host_ids)), "fingerprints: slot ids from the host == on the device")
     fp = dict(zip(planted, got.fingerprint.tolist()))
     checks.expect(fp[3] == fp[COPY] != fp[FLIP], "copy -> same fingerprint; one flipped bit -> different")
     checks.expect(got.nonfinite.tolist()[: len(planted)] == [0, 0, 0, 4, 0, 0], "NaN/Inf counted: 3 NaN + 1 Inf")
@@ -127,22 +138,63 @@ def check_distances(torch, distance: ModuleType, conv, temporal, others, checks:
             checks.expect(exact, "copy and +-0 at distance 0, one flipped bit tiny but not 0")
 
 
+def wall(torch, fn: Callable[[], object], repeats: int) -> float:
+    """Best of `repeats` host-timed runs of `fn` (which ends in a sync), in seconds, after one
+    untimed run: a call as the engine's scheduler thread feels it."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
 def measure(torch, fingerprint: ModuleType, distance: ModuleType, conv, temporal, args: argparse.Namespace) -> None:
-    """Fingerprint of every slot, torch's .sum() of the same bytes, and distances of 256 pairs."""
+    """Fingerprint of every slot at the kernel's launch shape and at the one before it, torch's
+    .sum() of the same bytes, distances of 256 pairs; then single calls as the engine makes them."""
     tensors = [*conv, temporal]
     every = torch.arange(1, temporal.shape[1], device="cuda")
     read = sum(t[:, 1:].numel() * t.element_size() for t in tensors)
     seconds = timed(torch, lambda: fingerprint.fingerprint_slots(conv, temporal, every, backend="triton"), args.repeats)
+    shape, fingerprint.FINGERPRINT_SHAPE = fingerprint.FINGERPRINT_SHAPE, PREVIOUS_SHAPE
+    before = timed(torch, lambda: fingerprint.fingerprint_slots(conv, temporal, every, backend="triton"), args.repeats)
+    fingerprint.FINGERPRINT_SHAPE = shape
     summed = timed(torch, lambda: [t[:, 1:].sum(dtype=torch.float32) for t in tensors], args.repeats)
     a, b = (torch.randperm(every.numel(), device="cuda")[:256] + 1 for _ in range(2))
     pairs = timed(torch, lambda: distance.state_distance(conv, temporal, a, b, backend="triton"), args.repeats)
     pair_bytes = 2 * read / every.numel() * a.numel()
     for label, nbytes, secs in [
         (f"fingerprint_slots, {every.numel()} slots", read, seconds),
+        (f"  the same at {PREVIOUS_SHAPE[0]} x {PREVIOUS_SHAPE[1]} (before)", read, before),
         ("torch .sum() of the same bytes", read, summed),
         (f"state_distance, {a.numel()} pairs", pair_bytes, pairs),
     ]:
-        print(f"{label:<34} {nbytes / secs / 1e9:8.1f} GB/s {nbytes / secs / 1e12 / args.peak_tbps:6.1%} of peak {secs * 1e3:8.2f} ms")
+        print(f"{label:<40} {nbytes / secs / 1e9:8.1f} GB/s {nbytes / secs / 1e12 / args.peak_tbps:6.1%} of peak {secs * 1e3:8.2f} ms")
+    print(f"{'before / after':<40} {before / seconds:8.2f}x")
+    slot_bytes = read / every.numel()
+    budget = max(1, int(args.budget_mib * 2**20 // slot_bytes))
+    print("one call as engine_hooks/contents.py makes it (slot ids from the host, results back in one copy),")
+    print("and as it made it before (ids on the device: a sync for the bounds check; the chunk table rebuilt):")
+    for count, what in [
+        (1, "1 slot"),
+        (budget, f"{budget} slots (the {args.budget_mib} MiB default budget)"),
+        (256, "256 slots (the host budget)"),
+    ]:
+        ids = every[:count]
+
+        def now(ids=ids.cpu()) -> object:
+            result = fingerprint.fingerprint_slots(conv, temporal, ids, backend="triton")
+            return torch.stack([result.fingerprint, result.nonfinite, result.all_zero.long()]).tolist()
+
+        def old(ids=ids) -> object:
+            fingerprint._fingerprint_chunks.cache_clear()
+            result = fingerprint.fingerprint_slots(conv, temporal, ids, backend="triton")
+            return result.fingerprint.tolist(), result.nonfinite.tolist(), result.all_zero.tolist()
+
+        after_s, before_s = wall(torch, now, args.repeats), wall(torch, old, args.repeats)
+        print(f"  {what:<38} {after_s * 1e3:8.3f} ms, before {before_s * 1e3:8.3f} ms ({before_s / after_s:.2f}x)")
 
 
 def main() -> int:
@@ -153,6 +205,7 @@ def main() -> int:
     parser.add_argument("--tp", type=int, default=2, help="tensor-parallel size the per-rank shapes assume")
     parser.add_argument("--reference-slots", type=int, default=32, help="random slots also fingerprinted by the torch path")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--budget-mib", type=int, default=512, help="engine_hooks/contents.py DEVICE_BUDGET_BYTES, in MiB")
     parser.add_argument("--interpret", action="store_true", help="tiny pool on the CPU under the Triton interpreter, no timings")
     args = parser.parse_args()
     args.conv_dim, args.heads, args.head_dim = 8192, 32, 128

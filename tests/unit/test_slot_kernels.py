@@ -247,6 +247,17 @@ def test_layout_strides_do_not_matter() -> None:
     assert fingerprints(strided[:-1], strided[-1], [1, 4]) == fingerprints(conv, temporal, [1, 4])
 
 
+def test_the_fingerprint_chunk_table_is_built_once_per_layout() -> None:
+    """Rows of 3 fp32 words cut into chunks of 2: (row address, words, first position, slot
+    stride in bytes) per chunk, layer by layer; the same layout gives the same table object."""
+    pool = torch.zeros(2, 5, 3)
+    base = pool.data_ptr()
+    layout = ((base, (2, 5, 3), (15, 3, 1), 4, 7),)
+    table = fingerprint_module._fingerprint_chunks(layout, 2, torch.device("cpu"))
+    assert table.tolist() == [[base, 2, 7, 12], [base + 8, 1, 9, 12], [base + 60, 2, 10, 12], [base + 68, 1, 12, 12]]
+    assert fingerprint_module._fingerprint_chunks(layout, 2, torch.device("cpu")) is table
+
+
 def test_bad_inputs_are_refused(monkeypatch) -> None:
     conv, temporal = make_pool(4)
     with pytest.raises(PoolLayoutError, match="out of range"):
