@@ -11,8 +11,9 @@ A slot is fingerprinted the first step it is stable (only those slots, that step
 every RECHECK_EVERY steps while its node keeps it (T1 sees an in-place change of a cached state
 within that many steps): on the CPU engine a call costs about the same for 1 slot as for 30 (a
 few KB each; the fixed cost of the torch ops dominates), so steps without a new stable slot
-mostly skip the call. A call reads at most `budget` slots (MCINSPECT_FINGERPRINT_BUDGET, default
-DEFAULT_BUDGET; on a GPU a slot is tens of MB): past it, never-read slots first, then the others
+mostly skip the call. A call reads at most `budget` slots (MCINSPECT_FINGERPRINT_BUDGET; by default
+DEFAULT_BUDGET on the host, and off it as many as DEVICE_BUDGET_BYTES holds: on a GPU a slot is
+tens of MB, and a call's cost the bytes it reads): past it, never-read slots first, then the others
 round-robin over the following calls, so on a large tree a recheck comes round every
 RECHECK_EVERY * slots / budget steps.
 Per capture the work is O(slots whose owner changed + budget), not O(tree): the capture says
@@ -39,8 +40,33 @@ from .cow_map import CowMap, Frozen
 BUDGET_ENV = "MCINSPECT_FINGERPRINT_BUDGET"
 RECHECK_EVERY = 4
 DEFAULT_BUDGET = 256
-"""Slots per fingerprint call: about 1.3 ms of the scheduler thread on this CPU, where 1024 slots
-took 21 ms (the demo's pools are smaller, so there every stable slot is read at every call)."""
+"""Slots per fingerprint call on host pools: about 1.3 ms of the scheduler thread on this CPU,
+where 1024 slots took 21 ms (the demo's pools are smaller, so there every stable slot is read at
+every call)."""
+DEVICE_BUDGET_BYTES = 512 << 20
+"""Bytes of state per fingerprint call on other devices, where the cost is the bytes read: on an
+H200 a call of 512 MiB (10 slots of Qwen3-Next-80B at TP 2) took 0.47 ms, results back on the
+host, where one of DEFAULT_BUDGET such slots took 6.6 ms (tests/gpu/check_slot_kernels.py)."""
+
+
+def default_budget(tensors: list[torch.Tensor]) -> int:
+    """Slots per fingerprint call: DEFAULT_BUDGET on the host; elsewhere as many as fit in
+    DEVICE_BUDGET_BYTES, at least one."""
+    if tensors[0].device.type == "cpu":
+        return DEFAULT_BUDGET
+    slot_bytes = sum(t[:, 0].numel() * t.element_size() for t in tensors)
+    return max(1, DEVICE_BUDGET_BYTES // max(slot_bytes, 1))
+
+
+def device_prints(conv: list[torch.Tensor], temporal: torch.Tensor, slots: list[int]) -> HostPrints:
+    """`fingerprint_slots` of a pool off the host, as lists: the slot ids go from the host (their
+    bounds checked there, where a device tensor's check is a sync) and the results come back in
+    one copy."""
+    result = fingerprint_slots(conv, temporal, torch.tensor(slots, dtype=torch.int64))
+    fingerprint, nonfinite, zero = torch.stack([result.fingerprint, result.nonfinite, result.all_zero.long()]).tolist()
+    return HostPrints(fingerprint, nonfinite, [bool(flag) for flag in zero])
+
+
 SETTLE_CHUNK = 2048
 """Stable slots moved into the round-robin per call (well under a millisecond)."""
 
@@ -65,7 +91,7 @@ class ContentCapture:
         self._fold = HostFold.of_pool(self._conv, self._temporal)
         """Host pools: the fold prepared once (half a call's cost on the CPU engine's pools)."""
         budget = os.environ.get(BUDGET_ENV)
-        self._budget = int(budget) if budget else DEFAULT_BUDGET
+        self._budget = int(budget) if budget else default_budget([*self._conv, self._temporal])
         self._previous_owners: dict[int, int] = {}
         """Only for callers that do not say which owners changed."""
         self._contents: CowMap[SlotId, SlotContent] = CowMap()
@@ -123,8 +149,7 @@ class ContentCapture:
         if self._fold is not None:
             prints = self._fold(slots)
         else:
-            result = fingerprint_slots(self._conv, self._temporal, torch.tensor(slots, dtype=torch.int64, device=self._temporal.device))
-            prints = HostPrints(result.fingerprint.tolist(), result.nonfinite.tolist(), result.all_zero.tolist())
+            prints = device_prints(self._conv, self._temporal, slots)
         fresh: dict[SlotId, SlotContent] = {}
         for slot, fingerprint, nonfinite, zero in zip(slots, *prints):
             content = SlotContent(slot=SlotId(slot), fingerprint=fingerprint, nonfinite=nonfinite, zero=zero, step=step)

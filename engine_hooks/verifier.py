@@ -335,9 +335,8 @@ class Verifier:
 
     def _publish(self, state: CachedState, oracle: str, distances: Distances, step: Step) -> None:
         slot = state.slot
-        device = self.scheduler.req_to_token_pool.mamba_pool.mamba_cache.temporal.device
         cache = self.scheduler.req_to_token_pool.mamba_pool.mamba_cache
-        printed = fingerprint_slots(list(cache.conv), cache.temporal, torch.tensor([slot], dtype=torch.int64, device=device))
+        printed = fingerprint_slots(list(cache.conv), cache.temporal, torch.tensor([slot], dtype=torch.int64))  # bounds checked on the host
         content = SlotContent(
             slot=slot,
             fingerprint=int(printed.fingerprint[0]),

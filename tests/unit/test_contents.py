@@ -12,8 +12,16 @@ import torch  # noqa: E402
 
 from mcinspect.schema import SlotId, Step  # noqa: E402
 from mcinspect_engine_hooks.content_mirror import ContentMirror  # noqa: E402
-from mcinspect_engine_hooks.contents import RECHECK_EVERY, SETTLE_CHUNK, ContentCapture  # noqa: E402
-from mcinspect_kernels.fingerprint import fingerprint_slots  # noqa: E402
+from mcinspect_engine_hooks.contents import (  # noqa: E402
+    DEFAULT_BUDGET,
+    DEVICE_BUDGET_BYTES,
+    RECHECK_EVERY,
+    SETTLE_CHUNK,
+    ContentCapture,
+    default_budget,
+    device_prints,
+)
+from mcinspect_kernels.fingerprint import HostFold, fingerprint_slots  # noqa: E402
 
 from cpu_cache import build_cache  # noqa: E402
 
@@ -166,3 +174,33 @@ def test_a_slot_that_left_the_tree_is_not_read_until_it_is_cached_again() -> Non
     contents.capture(Step(20), {3: 7, 4: 9}, {4})  # cached again, under node 9
     fresh, _ = contents.capture(Step(21), {3: 7, 4: 9}, set())
     assert list(fresh) == [SlotId(4)] and read == [[4]]
+
+
+def test_off_the_host_a_fingerprint_call_reads_about_a_fixed_number_of_bytes() -> None:
+    """Host pools keep the slot count; elsewhere the budget is DEVICE_BUDGET_BYTES of state
+    (a GPU call's cost is the bytes it reads), at least one slot however big a slot is."""
+    host = [torch.zeros(2, 11, 64, 3, dtype=torch.bfloat16), torch.zeros(2, 11, 4, 8, 8)]
+    assert default_budget(host) == DEFAULT_BUDGET
+    # a slot: 2 layers x (64 x 3 bf16 + 4 x 8 x 8 fp32) = 768 + 2048 = 2816 bytes
+    small = [torch.empty(2, 11, 64, 3, dtype=torch.bfloat16, device="meta"), torch.empty(2, 11, 4, 8, 8, device="meta")]
+    assert default_budget(small) == (512 << 20) // 2816 == DEVICE_BUDGET_BYTES // 2816
+    # a slot of 48 x (16 x 128 x 128 fp32) = 48 MiB: 10 of them
+    large = [torch.empty(48, 3, 4096, 3, dtype=torch.bfloat16, device="meta"), torch.empty(48, 3, 16, 128, 128, device="meta")]
+    assert default_budget(large) == 10
+    huge = [torch.empty(64, 3, 8, dtype=torch.bfloat16, device="meta"), torch.empty(64, 3, 64, 256, 256, device="meta")]
+    assert default_budget(huge) == 1
+
+
+def test_the_device_path_gives_the_host_folds_values_as_lists() -> None:
+    scheduler = build_cache()
+    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
+    generator = torch.Generator().manual_seed(1)
+    for state in [*cache.conv, cache.temporal]:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    cache.temporal[:, 2].zero_()
+    cache.temporal[0, 3].view(-1)[0] = float("nan")
+    slots = [1, 2, 3]
+    printed = device_prints(list(cache.conv), cache.temporal, slots)
+    want = HostFold(list(cache.conv) + [cache.temporal])(slots)
+    assert printed == want
+    assert [type(v) for v in printed.all_zero] == [bool] * 3 and printed.nonfinite[2] == 1
