@@ -349,6 +349,15 @@ def test_gpu_check_script_runs_under_the_interpreter() -> None:
     assert done.returncode == 0 and done.stdout.strip().endswith("PASS"), done.stdout[-3000:] + done.stderr[-3000:]
 
 
+def test_device_paths_check_runs_on_the_host() -> None:
+    """tests/gpu/check_device_paths.py with its device side on the host (the torch fold, no
+    mirror): the content capture and index reads compared step by step with the host paths."""
+    script = Path(__file__).resolve().parents[1] / "gpu" / "check_device_paths.py"
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("PASS"), done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("  ok   ") == 10
+
+
 class CountingKernel:
     """Stands in for a Triton kernel to count launches (`kernel[grid](...)`)."""
 
