@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_slot_kernels import Checks  # noqa: E402  (beside this script)
 
 
 def import_checkout() -> None:
@@ -37,16 +39,6 @@ def import_checkout() -> None:
     for name, folder in [("mcinspect", "mcinspect"), ("mcinspect_engine_hooks", "engine_hooks"), ("mcinspect_kernels", "kernels")]:
         os.symlink(REPO / folder, os.path.join(links, name))
     sys.path.insert(0, links)
-
-
-class Checks:
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-
-    def expect(self, ok: bool, what: str) -> None:
-        print(f"  {'ok  ' if ok else 'FAIL'} {what}")
-        if not ok:
-            self.failures.append(what)
 
 
 def pool(torch, device: str):

@@ -3,6 +3,8 @@ tree slot is first fingerprinted, how soon an in-place change is seen, and what 
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
@@ -26,12 +28,18 @@ from mcinspect_kernels.fingerprint import HostFold, fingerprint_slots  # noqa: E
 from cpu_cache import build_cache  # noqa: E402
 
 
-def test_fingerprints_follow_ownership_and_in_place_changes() -> None:
-    scheduler = build_cache()
+def random_pool(seed: int, **sizes: int) -> tuple[Any, Any]:
+    """A real cache (cpu_cache.build_cache) whose mamba states hold random values: (scheduler, its mamba_cache)."""
+    scheduler = build_cache(**sizes)
     cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(seed)
     for state in [*cache.conv, cache.temporal]:
         state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    return scheduler, cache
+
+
+def test_fingerprints_follow_ownership_and_in_place_changes() -> None:
+    scheduler, cache = random_pool(0)
 
     def truth(slot: int) -> int:
         return fingerprint_slots(list(cache.conv), cache.temporal, torch.tensor([slot])).fingerprint.item()
@@ -76,11 +84,7 @@ def test_a_catch_ups_thousands_of_new_owners_settle_a_chunk_a_step() -> None:
     stable, and moving them all into the round-robin in one step is O(tree) on the scheduler
     thread. They move SETTLE_CHUNK a step, and each is fingerprinted, exactly, all the same."""
     n = 3 * SETTLE_CHUNK
-    scheduler = build_cache(mamba_slots=n + 8)
-    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
-    generator = torch.Generator().manual_seed(1)
-    for state in [*cache.conv, cache.temporal]:
-        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    scheduler, cache = random_pool(1, mamba_slots=n + 8)
     owners = {slot: 10_000 + slot for slot in range(1, n + 1)}
     contents = ContentCapture(scheduler)
     assert contents.capture(Step(1), owners, set(owners)) == ({}, [])  # a catch-up's last step: nothing stable yet
@@ -101,11 +105,7 @@ def test_a_recheck_hashes_only_moved_bits_and_a_new_owner_gets_a_fingerprint_aga
     """Host pools keep the bits each fingerprint came from (content_mirror.py): a recheck skips
     the unmoved slots, yet sees a change a float compare would miss (0.0 -> -0.0), and a slot
     that left the tree and came back with the same bits is reported again under its new node."""
-    scheduler = build_cache()
-    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
-    generator = torch.Generator().manual_seed(2)
-    for state in [*cache.conv, cache.temporal]:
-        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    scheduler, cache = random_pool(2)
     for state in [*cache.conv, cache.temporal]:
         state[:, 4] = 0.0
     contents = ContentCapture(scheduler)
@@ -129,12 +129,8 @@ def test_the_mirror_sees_one_bit_flipped_anywhere_in_a_slot(most_of_the_pool) ->
     the lowest bit of a row's first or last element, in any tensor and layer, still counts,
     for its own slot only; flipped back, the bits are those of the fingerprint again. Both ways
     of comparing: a few slots gathered, or most of the pool compared in place."""
-    scheduler = build_cache()
-    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
-    generator = torch.Generator().manual_seed(3)
+    _, cache = random_pool(3)
     tensors = [*cache.conv, cache.temporal]
-    for state in tensors:
-        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
     mirror = ContentMirror.of_pool(tensors)
     size = cache.temporal.shape[1]
     slots = list(range(1, size)) if most_of_the_pool else [2, 3, 5]
@@ -192,11 +188,7 @@ def test_off_the_host_a_fingerprint_call_reads_about_a_fixed_number_of_bytes() -
 
 
 def test_the_device_path_gives_the_host_folds_values_as_lists() -> None:
-    scheduler = build_cache()
-    cache = scheduler.req_to_token_pool.mamba_pool.mamba_cache
-    generator = torch.Generator().manual_seed(1)
-    for state in [*cache.conv, cache.temporal]:
-        state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+    _, cache = random_pool(1)
     cache.temporal[:, 2].zero_()
     cache.temporal[0, 3].view(-1)[0] = float("nan")
     slots = [1, 2, 3]
