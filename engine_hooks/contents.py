@@ -45,8 +45,8 @@ where 1024 slots took 21 ms (the demo's pools are smaller, so there every stable
 every call)."""
 DEVICE_BUDGET_BYTES = 512 << 20
 """Bytes of state per fingerprint call on other devices, where the cost is the bytes read: on an
-H200 a call of 512 MiB (10 slots of Qwen3-Next-80B at TP 2) took 0.47 ms, results back on the
-host, where one of DEFAULT_BUDGET such slots took 6.6 ms (tests/gpu/check_slot_kernels.py)."""
+H200 a call of 512 MiB (10 slots of Qwen3-Next-80B at TP 2) took 0.43-0.47 ms, results back on
+the host, where one of DEFAULT_BUDGET such slots took 6.5 ms (tests/gpu/check_slot_kernels.py)."""
 
 
 def default_budget(tensors: list[torch.Tensor]) -> int:

@@ -6,15 +6,16 @@ Target: the `cow.copy` row of `hooks_0523.HOOKS` (around: copy_begin keeps the b
 
 The fingerprints run on the forward's stream in the forward's thread: on the CPU engine they
 are part of the forward; skipped for steps no client observes (`EventSink.observed`, checked
-by the AROUND wrapper of `ErrorCounter.around_observed`). On CUDA,
-`fingerprint_slots` checks slot bounds with a device sync, so the capture is off there unless
-MCINSPECT_COW_FINGERPRINTS=1. Not captured: int8
+by the AROUND wrapper of `ErrorCounter.around_observed`). On a GPU they are queued behind the
+copies with no sync (the slot ids stay on the device and are range-checked there; only the
+first call copies the pool's chunk table to the device, which waits) and read at the step
+boundary with the step's other device values: a sync here would wait for the forward and could
+hide the very races T3 looks for (copies racing the forward: sglang #24954). Not captured: int8
 checkpoint pools (the destination is a dequantised copy, not bit-equal to its source).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -23,8 +24,6 @@ from mcinspect.schema import CowEvent
 from mcinspect_kernels.fingerprint import HostFold, HostPrints, SlotFingerprints, fingerprint_slots
 
 from .event_sink import DeferredSlots, DeferredValues, EventSink
-
-ON_CUDA_ENV = "MCINSPECT_COW_FINGERPRINTS"
 
 
 class CowHooks:
@@ -72,15 +71,12 @@ class CowHooks:
 
     def _fingerprints(self, pool: Any, sources: Any, destinations: Any, cleared: Any) -> SlotFingerprints | HostPrints | None:
         """Fingerprints of the copies' sources, destinations and the cleared slots, or None where
-        they cannot be taken (int8 checkpoints: a dequantised copy is not bit-equal; CUDA
-        without MCINSPECT_COW_FINGERPRINTS=1: the bounds check syncs). Without copies, on the
-        host: only the cleared slots' zero flags (the fingerprints are empty lists)."""
+        they cannot be taken (int8 checkpoints: a dequantised copy is not bit-equal). Without
+        copies, on the host: only the cleared slots' zero flags (the fingerprints are empty lists)."""
         parts = [t for t in (sources, destinations, cleared) if t is not None]
         if not parts or getattr(pool, "mamba_ckpt_pool", None) is not None:
             return None
         cache = pool.mamba_pool.mamba_cache
-        if cache.temporal.is_cuda and os.environ.get(ON_CUDA_ENV) != "1":
-            return None
         slots = torch.cat([t.reshape(-1) for t in parts]) if len(parts) > 1 else parts[0].reshape(-1)
         translate = getattr(pool, "translate_mamba_indices", None)  # 0.5.15 on; before, slot ids index the cache as they are
         slots = slots if translate is None else translate(slots)

@@ -27,6 +27,11 @@ whatever the slot ids; +0.0 and -0.0 differ in the fingerprint (different bits).
 `nonfinite` counts elements whose exponent bits are all ones (NaN or +-Inf). `all_zero` is True
 when every element compares equal to zero: -0.0 counts as zero (it equals 0.0, and a slot
 cleared by `zero_()` and one whose state underflowed to -0.0 are both numerically empty).
+
+Slot ids are range-checked on the host (PoolLayoutError), except ids already on the device
+given to the Triton path: a check there would sync the device (wait for every queued kernel, a
+forward in flight included). Those are checked on the device: an id out of range reads slot 0
+instead and gives the results of an empty slot with `nonfinite` -1.
 """
 
 from __future__ import annotations
@@ -91,7 +96,8 @@ class SlotFingerprints(NamedTuple):
     fingerprint: Tensor
     """int64 [n]: the digest defined in the module docstring."""
     nonfinite: Tensor
-    """int64 [n]: NaN/Inf elements."""
+    """int64 [n]: NaN/Inf elements; -1 for an id out of range (only device ids on the Triton
+    path: see the module docstring)."""
     all_zero: Tensor
     """bool [n]: every element is +-0.0."""
 
@@ -141,11 +147,17 @@ def pool_tensors(conv: list[Tensor], temporal: Tensor) -> list[Tensor]:
 def check_slots(slots: Tensor, pool: Tensor, name: str = "slots") -> Tensor:
     """`slots` as int64 on the pool's device, after a bounds check (an out-of-range id would
     make the Triton path read outside the pool and crash the engine it observes)."""
-    if slots.dim() != 1 or slots.dtype.is_floating_point or slots.dtype == torch.bool:
-        raise PoolLayoutError(f"{name} must be a 1-D integer tensor, got {slots.dtype} {tuple(slots.shape)}")
+    slot_ids(slots, name)
     if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= pool.shape[1]):
         raise PoolLayoutError(f"{name} out of range [0, {pool.shape[1]}): {slots[:16].tolist()}")
     return slots.to(device=pool.device, dtype=torch.int64)
+
+
+def slot_ids(slots: Tensor, name: str = "slots") -> Tensor:
+    """`slots` after checking that it is a 1-D integer tensor (no bounds: no device sync)."""
+    if slots.dim() != 1 or slots.dtype.is_floating_point or slots.dtype == torch.bool:
+        raise PoolLayoutError(f"{name} must be a 1-D integer tensor, got {slots.dtype} {tuple(slots.shape)}")
+    return slots
 
 
 def use_triton(pool: Tensor, backend: Backend) -> bool:
@@ -243,17 +255,24 @@ def fingerprint_slots(conv: list[Tensor], temporal: Tensor, slots: Tensor, *, ba
     The Triton path reads the pool in place (one launch per tensor family); the torch path
     gathers each block of slot rows once and folds it. Both give identical values."""
     tensors = pool_tensors(conv, temporal)
-    slots = check_slots(slots, temporal)
     triton = use_triton(temporal, backend)
+    if triton and slots.device.type != "cpu":  # checked on the device (no sync)
+        total, nonfinite, nonzero = _fold_device_ids(tensors, slot_ids(slots).to(device=temporal.device, dtype=torch.int64))
+        return SlotFingerprints(mix64_(total + _words(tensors)), nonfinite, nonzero == 0)
+    slots = check_slots(slots, temporal)
     if not triton and temporal.device.type == "cpu":
         prints = HostFold(tensors)(slots.tolist())
         return SlotFingerprints(
             *(torch.tensor(values, dtype=dtype) for values, dtype in zip(prints, (torch.int64, torch.int64, torch.bool)))
         )
-    words = sum(t.shape[0] * row_words(t) for t in tensors)
     fold = _fold_triton if triton else _fold_torch
     total, nonfinite, nonzero = fold(tensors, slots)
-    return SlotFingerprints(mix64_(total + words), nonfinite, nonzero == 0)
+    return SlotFingerprints(mix64_(total + _words(tensors)), nonfinite, nonzero == 0)
+
+
+def _words(tensors: list[Tensor]) -> int:
+    """N of the definition: the words of one slot."""
+    return sum(t.shape[0] * row_words(t) for t in tensors)
 
 
 def _positions(tensors: list[Tensor]) -> list[int]:
@@ -484,10 +503,19 @@ def _salts(layout: tuple[tuple[int, int], ...], first_layer: int, layers: int, d
     return torch.cat(parts, 1)
 
 
+def _fold_device_ids(tensors: list[Tensor], ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`_fold_triton` of slot ids not range-checked (a check of device ids on the host is a
+    sync): ids out of range fold slot 0 instead, and their results become those of an empty
+    slot with nonfinite -1, in three device ops."""
+    valid = (ids >= 0) & (ids < tensors[0].shape[1])
+    total, nonfinite, nonzero = _fold_triton(tensors, torch.where(valid, ids, 0))
+    return total.where(valid, 0), nonfinite.where(valid, -1), nonzero.where(valid, 0)
+
+
 FINGERPRINT_SHAPE = (512, 16)
 """(max BLOCK, max ITERS) of the fingerprint kernel: 4 words a thread at Triton's default 4
 warps. On an H200 (tests/gpu/check_slot_kernels.py) 1024 x 8, 8 words a thread, folded at
-1.16-1.19 TB/s and 512 x 16 at 2.0-2.07: the 64-bit mix is bound by registers, not memory."""
+about 1.2 TB/s and 512 x 16 at 2.0-2.1: the 64-bit mix is bound by registers, not memory."""
 
 
 def _fold_triton(tensors: list[Tensor], slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -522,7 +550,7 @@ def _fingerprint_chunks(
     """The chunk table (row address, word count, first position, slot stride in bytes) of one
     launch group, from each member's (data_ptr, shape, strides, element size, first position).
     Cached: the engine's pool keeps its tensors, and the table took ~20 torch ops and a copy to
-    the device at every call (with slot ids sent from the host, a 1-slot call on an H200 went
+    the device (which waits for the device's queue) at every call (with slot ids sent from the host, a 1-slot call on an H200 went
     from 0.80 to 0.40 ms)."""
     table = []
     for address, shape, strides, size, offset in layouts:

@@ -294,9 +294,7 @@ CHECKS: dict[str, CheckSpec] = {
             needs=("events",),
             checked="the fingerprints the engine takes right after the deferred copy and clears ran "
             "(ModelRunner._maybe_execute_deferred_mamba_cow_and_clear), before the forward extends the slots",
-            blind_to="int8 checkpoint pools (a dequantised copy is not bit-equal); CUDA engines unless "
-            "MCINSPECT_COW_FINGERPRINTS=1 (the capture syncs the device); that the source itself was the "
-            "right state (T1, T2)",
+            blind_to="int8 checkpoint pools (a dequantised copy is not bit-equal); that the source itself was the right state (T1, T2)",
             run=check_cow_copy,
         ),
         CheckSpec(

@@ -10,7 +10,9 @@ on the host and one on the device, and compares:
   become stable, an in-place write to a cached state found at the next recheck, a slot that
   changes owner dropped; its default budget off the host;
 - `tensor_runs`: `kept` (a copy the later writes do not reach), `ints_of_many` over mixed
-  dtypes, ints and absent values, `runs_of_many`, `free_token_runs`.
+  dtypes, ints and absent values, `runs_of_many`, `free_token_runs`;
+- on the device only: a fingerprint call with device slot ids (the copy-on-write capture's) does
+  not sync once the pool's chunk table is kept, and an id out of range gives nonfinite -1.
 
 Needs torch, Triton, numpy and msgspec (no sglang): it imports this checkout's mcinspect,
 engine_hooks and kernels under their installed names through links in a temporary directory.
@@ -118,6 +120,35 @@ def check_tensor_runs(torch, device: str, checks: Checks) -> None:
     checks.expect(runs == free_token_runs(pages, 16) == [(16, 16), (48, 48), (144, 16)], "free_token_runs: host == device")
 
 
+def check_no_sync(torch, checks: Checks) -> None:
+    """Device slot ids (the copy-on-write capture's) are range-checked on the device: once the
+    pool's chunk table is kept, a call queued behind 100 ms of GPU work returns before that work
+    ends; an id out of range gives nonfinite -1 and the others their values."""
+    import time
+
+    from mcinspect_kernels.fingerprint import fingerprint_slots
+
+    scheduler = pool(torch, "cuda")
+    conv, temporal = scheduler.cache.conv, scheduler.cache.temporal
+    size = temporal.shape[1]
+    ids = torch.tensor([1, size, -3, 11], device="cuda")
+    fingerprint_slots(conv, temporal, ids)  # the pool's first call copies its chunk table to the device: that waits
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    torch.cuda._sleep(200_000_000)  # ~100 ms of one SM's clock cycles, on the current stream
+    queued = fingerprint_slots(conv, temporal, ids)
+    returned = time.perf_counter() - began
+    torch.cuda.synchronize()
+    waited = time.perf_counter() - began
+    checks.expect(
+        returned < waited / 4, f"device ids: the call returned after {returned * 1e3:.1f} ms of {waited * 1e3:.1f} ms queued (no sync)"
+    )
+    host = fingerprint_slots(conv, temporal, torch.tensor([1, 11]))
+    nonfinite = queued.nonfinite.tolist()
+    same = queued.fingerprint[[0, 3]].tolist() == host.fingerprint.tolist() and nonfinite[0::3] == host.nonfinite.tolist()
+    checks.expect(same and nonfinite[1:3] == [-1, -1], f"ids out of range: nonfinite {nonfinite} (-1), the others as from host ids")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -133,6 +164,8 @@ def main() -> int:
     print(f"{name}: the engine hooks' device paths against their host paths")
     check_contents(torch, args.device, checks)
     check_tensor_runs(torch, args.device, checks)
+    if args.device != "cpu":  # the host has no queue to wait for
+        check_no_sync(torch, checks)
     print(f"FAIL: {len(checks.failures)} check(s)" if checks.failures else "PASS")
     return 1 if checks.failures else 0
 

@@ -114,7 +114,7 @@ def test_an_extend_forward_with_nothing_to_copy_says_so_and_decode_forwards_say_
 
 
 def test_without_fingerprints_the_copies_are_still_reported(hooked, monkeypatch) -> None:
-    """On CUDA (no MCINSPECT_COW_FINGERPRINTS) and int8 checkpoints: the slots, not their prints."""
+    """Int8 checkpoints: the slots, not their prints."""
     runner, sink = hooked
     monkeypatch.setattr(CowHooks, "_fingerprints", lambda self, *slots: None)  # as where none can be taken
     forward(runner, [3], [10], [12])

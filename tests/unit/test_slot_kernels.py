@@ -391,6 +391,24 @@ def interpreter_cases() -> list[tuple[str, list[torch.Tensor], torch.Tensor]]:
     return cases
 
 
+def out_of_range_on_the_device(conv: list[torch.Tensor], temporal: torch.Tensor) -> list[str]:
+    """Ids the host does not check (device ids: a check there syncs): those outside the pool
+    give an empty slot's results with -1 NaN/Inf; the others fold as when checked."""
+    size = temporal.shape[1]
+    total, nonfinite, nonzero = fingerprint_module._fold_device_ids([*conv, temporal], torch.tensor([1, size, -3, 2]))
+    want = fingerprint_slots(conv, temporal, torch.tensor([1, 2]), backend="torch")
+    words = sum(t.shape[0] * fingerprint_module.row_words(t) for t in [*conv, temporal])
+    prints = fingerprint_module.mix64_(total + words)
+    problems = []
+    if nonfinite.tolist() != [want.nonfinite[0].item(), -1, -1, want.nonfinite[1].item()]:
+        problems.append(f"out-of-range ids: nonfinite {nonfinite.tolist()}")
+    if prints[[0, 3]].tolist() != want.fingerprint.tolist() or nonzero[[1, 2]].tolist() != [0, 0] or total[[1, 2]].tolist() != [0, 0]:
+        problems.append(
+            f"out-of-range ids: fingerprints {prints.tolist()} (want {want.fingerprint.tolist()} at 0 and 3), nonzero {nonzero.tolist()}"
+        )
+    return problems
+
+
 def run_interpreter_comparison() -> int:
     """Triton (interpreted) vs torch on every case: fingerprints, counts and zero flags
     identical; max_abs identical; rel_l2 within 1e-5. Prints one JSON line."""
@@ -428,6 +446,7 @@ def run_interpreter_comparison() -> int:
                     same = torch.equal(have.nan_to_num(), want.nan_to_num()) and torch.equal(have.isnan(), want.isnan())
                 if not same:
                     mismatches.append(f"{name}: {what}.{field} triton {have.tolist()} != torch {want.tolist()}")
+    mismatches += out_of_range_on_the_device(*cases[0][1:])
     print(json.dumps({"cases": len(cases), "mismatches": mismatches}))
     return 1 if mismatches else 0
 
