@@ -550,8 +550,8 @@ def _fingerprint_chunks(
     """The chunk table (row address, word count, first position, slot stride in bytes) of one
     launch group, from each member's (data_ptr, shape, strides, element size, first position).
     Cached: the engine's pool keeps its tensors, and the table took ~20 torch ops and a copy to
-    the device (which waits for the device's queue) at every call (with slot ids sent from the host, a 1-slot call on an H200 went
-    from 0.80 to 0.40 ms)."""
+    the device (which waits for the device's queue) at every call: with that and slot ids sent
+    from the host, a 1-slot call on an H200 went from 0.80 to 0.40 ms."""
     table = []
     for address, shape, strides, size, offset in layouts:
         row = _row_words(shape, strides)
