@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from mcinspect.schema import SlotContent, SlotId, Step
-from mcinspect_kernels.fingerprint import HostFold, HostPrints, fingerprint_slots
+from mcinspect_kernels.fingerprint import HostFold, HostPrints, fingerprint_slots, slot_bytes
 
 from .content_mirror import ContentMirror
 from .cow_map import CowMap, Frozen
@@ -54,14 +54,13 @@ def default_budget(tensors: list[torch.Tensor]) -> int:
     DEVICE_BUDGET_BYTES, at least one."""
     if tensors[0].device.type == "cpu":
         return DEFAULT_BUDGET
-    slot_bytes = sum(t[:, 0].numel() * t.element_size() for t in tensors)
-    return max(1, DEVICE_BUDGET_BYTES // max(slot_bytes, 1))
+    return max(1, DEVICE_BUDGET_BYTES // max(slot_bytes(tensors), 1))
 
 
-def device_prints(conv: list[torch.Tensor], temporal: torch.Tensor, slots: list[int]) -> HostPrints:
-    """`fingerprint_slots` of a pool off the host, as lists: the slot ids go from the host (their
-    bounds checked there, where a device tensor's check is a sync) and the results come back in
-    one copy."""
+def slot_prints(conv: list[torch.Tensor], temporal: torch.Tensor, slots: list[int]) -> HostPrints:
+    """`fingerprint_slots` as lists, for a pool on any device: the slot ids go from the host
+    (their bounds checked there, where a device tensor's check is a sync) and the results come
+    back in one copy."""
     result = fingerprint_slots(conv, temporal, torch.tensor(slots, dtype=torch.int64))
     fingerprint, nonfinite, zero = torch.stack([result.fingerprint, result.nonfinite, result.all_zero.long()]).tolist()
     return HostPrints(fingerprint, nonfinite, [bool(flag) for flag in zero])
@@ -149,7 +148,7 @@ class ContentCapture:
         if self._fold is not None:
             prints = self._fold(slots)
         else:
-            prints = device_prints(self._conv, self._temporal, slots)
+            prints = slot_prints(self._conv, self._temporal, slots)
         fresh: dict[SlotId, SlotContent] = {}
         for slot, fingerprint, nonfinite, zero in zip(slots, *prints):
             content = SlotContent(slot=SlotId(slot), fingerprint=fingerprint, nonfinite=nonfinite, zero=zero, step=step)

@@ -44,6 +44,7 @@ from mcinspect.schema import (
     Stats,
     Step,
 )
+from mcinspect_kernels.fingerprint import slot_bytes
 
 from . import extensions
 from .capture import Capture
@@ -369,7 +370,7 @@ def state_shapes(mamba_pool: Any) -> dict[str, Any]:
         conv_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in one_slot[:-1]),
         temporal_shape=tuple(one_slot[-1].shape),
         temporal_dtype=str(one_slot[-1].dtype).removeprefix("torch."),
-        state_bytes_per_slot=sum(t.numel() * t.element_size() for t in one_slot),
+        state_bytes_per_slot=slot_bytes([*cache.conv, cache.temporal]),
     )
 
 

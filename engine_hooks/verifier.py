@@ -51,10 +51,10 @@ from mcinspect.schema import (
     VerifyStatus,
     WorkingStateEvent,
 )
-from mcinspect_kernels.fingerprint import fingerprint_slots
 
 from . import extensions
 from .config import HooksConfig
+from .contents import slot_prints
 from .cow_map import Frozen
 from .reference import NoRoom, ReferenceRefused
 from .req_kv import kv_of
@@ -336,12 +336,12 @@ class Verifier:
     def _publish(self, state: CachedState, oracle: str, distances: Distances, step: Step) -> None:
         slot = state.slot
         cache = self.scheduler.req_to_token_pool.mamba_pool.mamba_cache
-        printed = fingerprint_slots(list(cache.conv), cache.temporal, torch.tensor([slot], dtype=torch.int64))  # bounds checked on the host
+        printed = slot_prints(list(cache.conv), cache.temporal, [slot])
         content = SlotContent(
             slot=slot,
-            fingerprint=int(printed.fingerprint[0]),
-            nonfinite=int(printed.nonfinite[0]),
-            zero=bool(printed.all_zero[0]),
+            fingerprint=printed.fingerprint[0],
+            nonfinite=printed.nonfinite[0],
+            zero=printed.all_zero[0],
             step=step,
             recompute_conv_rel_l2=distances.conv_rel_l2,
             recompute_temporal_rel_l2=distances.temporal_rel_l2,

@@ -257,22 +257,23 @@ def fingerprint_slots(conv: list[Tensor], temporal: Tensor, slots: Tensor, *, ba
     tensors = pool_tensors(conv, temporal)
     triton = use_triton(temporal, backend)
     if triton and slots.device.type != "cpu":  # checked on the device (no sync)
-        total, nonfinite, nonzero = _fold_device_ids(tensors, slot_ids(slots).to(device=temporal.device, dtype=torch.int64))
-        return SlotFingerprints(mix64_(total + _words(tensors)), nonfinite, nonzero == 0)
-    slots = check_slots(slots, temporal)
-    if not triton and temporal.device.type == "cpu":
-        prints = HostFold(tensors)(slots.tolist())
-        return SlotFingerprints(
-            *(torch.tensor(values, dtype=dtype) for values, dtype in zip(prints, (torch.int64, torch.int64, torch.bool)))
-        )
-    fold = _fold_triton if triton else _fold_torch
+        fold, slots = _fold_device_ids, slot_ids(slots).to(device=temporal.device, dtype=torch.int64)
+    else:
+        slots = check_slots(slots, temporal)
+        if not triton and temporal.device.type == "cpu":
+            prints = HostFold(tensors)(slots.tolist())
+            return SlotFingerprints(
+                *(torch.tensor(values, dtype=dtype) for values, dtype in zip(prints, (torch.int64, torch.int64, torch.bool)))
+            )
+        fold = _fold_triton if triton else _fold_torch
+    words = sum(t.shape[0] * row_words(t) for t in tensors)
     total, nonfinite, nonzero = fold(tensors, slots)
-    return SlotFingerprints(mix64_(total + _words(tensors)), nonfinite, nonzero == 0)
+    return SlotFingerprints(mix64_(total + words), nonfinite, nonzero == 0)
 
 
-def _words(tensors: list[Tensor]) -> int:
-    """N of the definition: the words of one slot."""
-    return sum(t.shape[0] * row_words(t) for t in tensors)
+def slot_bytes(tensors: list[Tensor]) -> int:
+    """Bytes of one slot's state over all layers of the pool's tensors ([layers, slots, ...])."""
+    return sum(t[:, 0].numel() * t.element_size() for t in tensors)
 
 
 def _positions(tensors: list[Tensor]) -> list[int]:

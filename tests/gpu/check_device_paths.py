@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,47 +44,44 @@ def import_checkout() -> None:
     sys.path.insert(0, links)
 
 
-def pool(torch, device: str):
-    """A random pool in sglang's layout: 4 layers, 64 slots, bf16 conv [64, 3], fp32 SSM [4, 16, 16]."""
+def pool(torch, device: str) -> SimpleNamespace:
+    """A scheduler as ContentCapture reads it (req_to_token_pool.mamba_pool.mamba_cache) over a
+    random pool in sglang's layout: 4 layers, 64 slots, bf16 conv [64, 3], fp32 SSM [4, 16, 16]."""
     generator = torch.Generator().manual_seed(0)
     conv = torch.randn(4, 65, 64, 3, generator=generator).to(torch.bfloat16)
     temporal = torch.randn(4, 65, 4, 16, 16, generator=generator)
     temporal[:, 9] = 0.0
     temporal[2, 11, 0, 0, 0] = float("nan")
-    return SimpleNamespaceScheduler([conv.to(device)], temporal.to(device))
+    cache = SimpleNamespace(conv=[conv.to(device)], temporal=temporal.to(device))
+    return SimpleNamespace(req_to_token_pool=SimpleNamespace(mamba_pool=SimpleNamespace(mamba_cache=cache)))
 
 
-class SimpleNamespaceScheduler:
-    """What ContentCapture reads of a scheduler: req_to_token_pool.mamba_pool.mamba_cache."""
-
-    def __init__(self, conv, temporal) -> None:
-        from types import SimpleNamespace
-
-        cache = SimpleNamespace(conv=conv, temporal=temporal)
-        self.req_to_token_pool = SimpleNamespace(mamba_pool=SimpleNamespace(mamba_cache=cache))
-        self.cache = cache
+def cache_of(scheduler: SimpleNamespace) -> SimpleNamespace:
+    return scheduler.req_to_token_pool.mamba_pool.mamba_cache
 
 
 def check_contents(torch, device: str, checks: Checks) -> None:
     from mcinspect.schema import Step
     from mcinspect_engine_hooks.contents import DEFAULT_BUDGET, DEVICE_BUDGET_BYTES, RECHECK_EVERY, ContentCapture
+    from mcinspect_kernels.fingerprint import slot_bytes
 
     host, other = pool(torch, "cpu"), pool(torch, device)
     sides = [ContentCapture(host), ContentCapture(other)]
     if device == "cpu":  # the torch path on the host: no numpy fold, no mirror
         sides[1]._fold = sides[1]._mirror = None
     else:
-        slot_bytes = sum(t[:, 0].numel() * t.element_size() for t in [*other.cache.conv, other.cache.temporal])
+        cache = cache_of(other)
+        per_slot = slot_bytes([*cache.conv, cache.temporal])
         checks.expect(sides[0]._budget == DEFAULT_BUDGET, f"host pool: the budget is {DEFAULT_BUDGET} slots")
         checks.expect(
-            sides[1]._budget == DEVICE_BUDGET_BYTES // slot_bytes, f"{device} pool: {DEVICE_BUDGET_BYTES >> 20} MiB of slots a call"
+            sides[1]._budget == DEVICE_BUDGET_BYTES // per_slot, f"{device} pool: {DEVICE_BUDGET_BYTES >> 20} MiB of slots a call"
         )
     owners = {slot: 100 + slot for slot in range(1, 21)}
     steps: list[list[dict]] = [[], []]
     for step in range(1, 3 * RECHECK_EVERY + 1):
         if step == RECHECK_EVERY + 1:  # an in-place write to a cached state, on both copies
             for scheduler in (host, other):
-                scheduler.cache.temporal[1, 5, 0, 0, 0] += 1.0
+                cache_of(scheduler).temporal[1, 5, 0, 0, 0] += 1.0
         if step == RECHECK_EVERY + 2:  # slot 7 changes owner
             owners = {**owners, 7: 999}
         changes = set(range(1, 21)) if step == 1 else ({7} if step == RECHECK_EVERY + 2 else set())
@@ -129,7 +127,7 @@ def check_no_sync(torch, checks: Checks) -> None:
     from mcinspect_kernels.fingerprint import fingerprint_slots
 
     scheduler = pool(torch, "cuda")
-    conv, temporal = scheduler.cache.conv, scheduler.cache.temporal
+    conv, temporal = cache_of(scheduler).conv, cache_of(scheduler).temporal
     size = temporal.shape[1]
     ids = torch.tensor([1, size, -3, 11], device="cuda")
     fingerprint_slots(conv, temporal, ids)  # the pool's first call copies its chunk table to the device: that waits

@@ -21,7 +21,7 @@ from mcinspect_engine_hooks.contents import (  # noqa: E402
     SETTLE_CHUNK,
     ContentCapture,
     default_budget,
-    device_prints,
+    slot_prints,
 )
 from mcinspect_kernels.fingerprint import HostFold, fingerprint_slots  # noqa: E402
 
@@ -192,7 +192,7 @@ def test_the_device_path_gives_the_host_folds_values_as_lists() -> None:
     cache.temporal[:, 2].zero_()
     cache.temporal[0, 3].view(-1)[0] = float("nan")
     slots = [1, 2, 3]
-    printed = device_prints(list(cache.conv), cache.temporal, slots)
+    printed = slot_prints(list(cache.conv), cache.temporal, slots)
     want = HostFold(list(cache.conv) + [cache.temporal])(slots)
     assert printed == want
     assert [type(v) for v in printed.all_zero] == [bool] * 3 and printed.nonfinite[2] == 1
