@@ -125,12 +125,12 @@ class PythonTreeView:
                     items.append((node, depth_of(node, known.get)))
         return {record.id: record for record in self.records(items, tombstones)}
 
-    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]:
+    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int], *, once: bool = False) -> list[NodeRecord]:
         """NodeRecords for (node, depth) pairs; one device copy for all their values.
 
         A step re-reads mostly the same few nodes (a lock moved along a path), a walked tree all
         of them: a node whose key and values are the objects its last read saw keeps what they
-        gave (KV runs, slot, tokens, key hash: node_derived.py)."""
+        gave (KV runs, slot, tokens, key hash: node_derived.py); `once`: not remembered."""
         if not items:
             return []
         core = self.core
@@ -138,7 +138,7 @@ class PythonTreeView:
         leaves = core.evictable_device_leaves
         full_lru = core.lru_lists[FULL].cache
         mamba_lru = core.lru_lists[MAMBA].cache
-        derived = self._derived.derive([node for node, _ in items], whole_tree=self.walked)
+        derived = self._derived.derive([node for node, _ in items], whole_tree=self.walked, remember=not once)
         out = []
         for (node, depth), known in zip(items, derived):
             full = node.component_data[FULL]

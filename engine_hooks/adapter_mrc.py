@@ -66,15 +66,16 @@ class MrcTreeView:
         """Every node, depth-first from the root."""
         return {record.id: record for record in self.records(walked_depths(self.cache.root_node), tombstones)}
 
-    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]:
-        """NodeRecords for (node, depth) pairs; one device copy for all their values."""
+    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int], *, once: bool = False) -> list[NodeRecord]:
+        """NodeRecords for (node, depth) pairs; one device copy for all their values; `once`: what
+        their keys and values gave is not remembered."""
         cache = self.cache
         root = cache.root_node
         full_lru = cache.full_lru_list.cache
         mamba_lru = cache.mamba_lru_list.cache
         oldest_end = cache.mamba_lru_list.tail
         # Read whole at each capture: what a node's key and values gave is kept while they are the same objects.
-        derived = self._derived.derive([node for node, _ in items], whole_tree=True)
+        derived = self._derived.derive([node for node, _ in items], whole_tree=True, remember=not once)
         out = []
         for (node, depth), known in zip(items, derived):
             out.append(

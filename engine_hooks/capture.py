@@ -282,7 +282,7 @@ class Capture:
         )
 
     def published(self) -> PublishedState:
-        """`state` in O(shards), for another thread to turn into a CacheState (published_state.py)."""
+        """`state` in O(shards), for another thread to encode (published_state.py)."""
         assert self._kv is not None, "full_state() first"
         if self._catch_up is not None:
             return self._catch_up.published
@@ -366,16 +366,20 @@ class Capture:
         return DeltaParts(upserts, removed, slots, upsert_requests, removed_requests, kv)
 
     def _advance(self, catch_up: CatchUp) -> bool:
-        """Read the catch-up's nodes, then rebuild its slots, in chunks until the step's budget
-        is spent (at least one chunk of each a step, so both finish while the tree changes);
-        True when nothing is left (the step then publishes it all), unless the reads took more
-        than half the budget: then the next step publishes (once; CatchUp.publish_next)."""
+        """Read the catch-up's nodes, then rebuild its slots, in chunks while the next would end
+        within the step's budget (at least one chunk of each a step, so both finish while the
+        tree changes; the node reads leave room for that slot chunk); True when nothing is left
+        (the step then publishes it all), unless the reads took more than half the budget: then
+        the next step publishes (once; CatchUp.publish_next)."""
         assert self._budget_s is not None
         deadline = time.perf_counter() + self._budget_s
         catch_up.steps += 1
         arena = self._arena
         assert arena is not None  # this step's _marked_nodes read it
+        # Stopping only once past the deadline ran a step's catch-up to 1.3-2x its budget at
+        # 100k nodes: the last node chunk and the slot chunk after it each began in time.
         while (chunk := catch_up.next_nodes(arena)) is not None:
+            began = time.perf_counter()
             upserts, removed = self._read_nodes(chunk, catch_up.todo)
             if catch_up.stale_depths:
                 catch_up.fresh.update(chunk)
@@ -383,11 +387,15 @@ class Capture:
             moved = self._apply_nodes(upserts, removed)
             catch_up.slots |= moved
             catch_up.owner_changes |= self._move_owners(moved)
-            if time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if now + (now - began) + catch_up.slot_chunk_s >= deadline:
                 break
         while (slots := catch_up.next_slots()) is not None:
+            began = time.perf_counter()
             catch_up.claims.update(self._reclaim(slots, self._free))  # the baseline's inputs: see catch_up.py
-            if time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            catch_up.slot_chunk_s = now - began
+            if now + catch_up.slot_chunk_s >= deadline:
                 break
         if catch_up.done and not catch_up.publish_next and time.perf_counter() >= deadline - self._budget_s / 2:
             catch_up.publish_next = True  # reads and publishing in one step made the worst step (catch_up.py)
@@ -454,7 +462,8 @@ class Capture:
             return record.depth if catch_up is None or catch_up.trusted_depth(node_id) else None
 
         items = [(node, depth_of(node, known, memo)) for node in alive]
-        records = view.records(items, self.sink.tombstones)
+        # A catch-up reads each node once: remembered, its fields would only churn the memo.
+        records = view.records(items, self.sink.tombstones, once=catch_up is not None)
         return [r for r in records if baseline.get(r.id) != r], removed
 
     def _rust_nodes(self, held: dict[Rid, HeldRequest]) -> tuple[list[NodeRecord], list[NodeId]]:

@@ -49,8 +49,10 @@ from mcinspect.schema import NodeId, NodeRecord, SlotClaim, SlotId
 
 from .published_state import PublishedState
 
-CATCH_UP_BUDGET_S = 0.005
-"""Scheduler-thread time a catch-up may take per step (a step is ~10 ms on the CPU demo)."""
+CATCH_UP_BUDGET_S = 0.007
+"""Scheduler-thread time a catch-up may take per step (a step is ~10 ms on the CPU demo): no
+chunk begins that would end past it (Capture._advance). At 5 ms a 100k-node tree took over 3 s
+to catch up; the budget was overrun by up to 2x before chunks were timed ahead."""
 IMMEDIATE_NODES = 256
 """Up to this many nodes to read, a step reads them at once (a few ms); more start a catch-up."""
 NODE_CHUNK = 64
@@ -123,6 +125,8 @@ class CatchUp:
     owner_changes: set[int] = field(default_factory=set)
     """Slots whose tree owner changed during the catch-up (Capture.owner_changes)."""
     steps: int = 0
+    slot_chunk_s: float = 0.0
+    """How long the last chunk of slots took to rebuild (the node reads leave room for one)."""
     publish_next: bool = False
     """The last reads filled a step: the publishing (the delta's wrap-up and the contents of
     every slot that moved, several ms each at 100k nodes) waits for the next step, once."""

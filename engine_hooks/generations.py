@@ -81,7 +81,8 @@ class FullTreeView(_TreeViewBase, Protocol):
 
     def arena(self) -> dict[int, Any]: ...
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]: ...
-    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int]) -> list[NodeRecord]: ...
+    def records(self, items: Sequence[tuple[Any, int]], tombstones: Collection[int], *, once: bool = False) -> list[NodeRecord]:
+        """`once`: nodes read once (a catch-up's chunk), whose derived fields are not remembered."""
 
 
 class PathTreeView(_TreeViewBase, Protocol):

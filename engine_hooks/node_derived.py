@@ -5,6 +5,7 @@ give the same fields. Shared by the views of every generation (adapter_0523, ada
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -15,8 +16,10 @@ from .tensor_runs import FrozenRuns, ints_of_many, runs_of_many
 REUSE_NODES = 256
 """Reads of up to this many nodes (a step's) reuse and remember what nodes' values gave."""
 REMEMBERED_NODES = 4096
-"""Nodes remembered at most (their key and value objects are held): forgotten all at once. A
-walked tree (read whole at each capture) of up to this many nodes reuses for its whole reads."""
+"""Nodes remembered at most (their key and value objects are held), the oldest forgotten first,
+as many a read as it adds: forgotten all at once, freeing them was a 4 ms call every 64 chunks
+of a 100k-node catch-up. A walked tree (read whole at each capture) of up to this many nodes
+reuses for its whole reads."""
 
 Values = Callable[[Any], tuple[Any, Any, Any]]
 """A node's (key, KV value, mamba value): the objects its derived fields come from."""
@@ -58,12 +61,16 @@ class DerivedMemo:
 
     def __init__(self, values: Values, tokens_of: Tokens) -> None:
         self._values, self._tokens_of = values, tokens_of
-        self._memo: dict[int, Derived] = {}
+        self._memo: OrderedDict[int, Derived] = OrderedDict()
+        """Node id -> what its last read derived, the oldest first."""
 
-    def derive(self, nodes: Sequence[Any], *, whole_tree: bool = False) -> list[Derived]:
+    def derive(self, nodes: Sequence[Any], *, whole_tree: bool = False, remember: bool = True) -> list[Derived]:
         """Reuses for a read of up to REUSE_NODES nodes, or REMEMBERED_NODES when the read is
-        the `whole_tree` (a walked tree's, every capture)."""
-        if len(nodes) > (REMEMBERED_NODES if whole_tree else REUSE_NODES):
+        the `whole_tree` (a walked tree's, every capture). Not `remember`: nodes read once (a
+        catch-up's), derived afresh and not remembered (they would push out the nodes steps
+        read again and again, and the cyclic GC would carry each one into its oldest
+        generation before it is dropped)."""
+        if not remember or len(nodes) > (REMEMBERED_NODES if whole_tree else REUSE_NODES):
             return derive_all(nodes, self._values, self._tokens_of)
         memo, values = self._memo, self._values
         out: list[Derived | None] = []
@@ -78,11 +85,12 @@ class DerivedMemo:
                 stale.append(node)
             out.append(known)
         fresh = iter(derive_all(stale, values, self._tokens_of))
-        if len(memo) + len(stale) > REMEMBERED_NODES:
-            memo.clear()
+        for _ in range(len(memo) + len(stale) - REMEMBERED_NODES):
+            memo.popitem(last=False)
         result = []
         for node, known in zip(nodes, out):
             if known is None:
                 known = memo[node.id] = next(fresh)
+                memo.move_to_end(node.id)
             result.append(known)
         return result

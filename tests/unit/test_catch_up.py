@@ -68,15 +68,18 @@ def full_read(scheduler: SimpleNamespace, sink: EventSink, step: int) -> CacheSt
     return Capture(scheduler, sink).full_state(Step(step))
 
 
-def spy(capture: Capture) -> tuple[list[int], list[int]]:
-    """Nodes read per `records` call and slots rebuilt per `_reclaim` call."""
+def spy(capture: Capture) -> tuple[list[int], list[int], list[bool]]:
+    """Nodes read per `records` call, slots rebuilt per `_reclaim` call, and whether each
+    `records` call read its nodes `once` (not remembered)."""
     nodes: list[int] = []
     slots: list[int] = []
+    onces: list[bool] = []
     records, reclaim = capture._view.records, capture._reclaim
 
-    def counted_records(items, tombstones):  # noqa: ANN001, ANN202
+    def counted_records(items, tombstones, *, once=False):  # noqa: ANN001, ANN202
         nodes.append(len(items))
-        return records(items, tombstones)
+        onces.append(once)
+        return records(items, tombstones, once=once)
 
     def counted_reclaim(wanted, free):  # noqa: ANN001, ANN202
         slots.append(len(wanted))
@@ -84,7 +87,7 @@ def spy(capture: Capture) -> tuple[list[int], list[int]]:
 
     capture._view.records = counted_records
     capture._reclaim = counted_reclaim
-    return nodes, slots
+    return nodes, slots, onces
 
 
 def catch_up(tree: Tree, capture: Capture, published: CacheState) -> tuple[CacheState, int]:
@@ -118,10 +121,11 @@ def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: t
     sink, errors = hooks
     tree, capture, published = grown_unwatched(sink)
     assert len(tree.scheduler.tree_cache.tree_core._node_arena) > IMMEDIATE_NODES
-    nodes, slots = spy(capture)
+    nodes, slots, onces = spy(capture)
     state, n = catch_up(tree, capture, published)
     assert n > 5  # it was spread over steps
     assert max(nodes) <= NODE_CHUNK and max(slots) <= SLOT_CHUNK
+    assert all(onces)  # a catch-up's reads are not remembered
     assert state == full_read(tree.scheduler, sink, n)
     owners = {r.mamba_slot: r.id for r in state.nodes.values() if r.mamba_slot >= 0}
     assert capture.tree_owners() == owners
@@ -130,6 +134,7 @@ def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: t
     tree.change()
     parts = capture.step(Step(n + 1))
     assert parts is not None and not capture.catching_up
+    assert not onces[-1]  # an ordinary step's are
     apply_delta(state, parts.to_delta(seq=Seq(n + 1), step=Step(n + 1), events=[], counters=Counters()))
     assert state == full_read(tree.scheduler, sink, n + 1)
     assert errors.total == 0
@@ -143,7 +148,7 @@ def test_a_mark_overflow_rereads_everything_in_chunks(hooks: tuple[EventSink, Er
     tree.change()  # more marks than the sink keeps: they are dropped, Capture must re-read all
     sink.max_dirty = max_dirty
     assert sink.overflowed
-    nodes, slots = spy(capture)
+    nodes, slots, _ = spy(capture)
     state, n = catch_up(tree, capture, published)
     assert max(nodes) <= NODE_CHUNK and max(slots) <= SLOT_CHUNK
     assert sum(nodes) >= len(published.nodes) and sum(slots) >= len(published.slots)  # everything was read again
@@ -270,7 +275,7 @@ def test_no_step_of_a_catch_up_after_an_overflow_reads_more_than_a_chunk(hooks: 
     read a chunk a step like the rest: none is done in the step that starts or ends the catch-up."""
     sink, errors = hooks
     tree, capture, published = overflowed_tree(sink)
-    nodes, slots = spy(capture)
+    nodes, slots, _ = spy(capture)
     per_step: list[tuple[int, int]] = []
     n = 0
     while True:
@@ -345,7 +350,7 @@ def test_a_tree_grown_unwatched_is_read_once_and_its_taken_slots_swept(hooks: tu
     for _ in range(GROUPS * PER_GROUP):
         tree.insert()
     grown = len(arena) - before
-    nodes, slots = spy(capture)
+    nodes, slots, _ = spy(capture)
     n = 0
     while True:
         n += 1
