@@ -39,7 +39,6 @@ from mcinspect.schema import (
     GetVerify,
     Reply,
     Seq,
-    Snapshot,
     StartVerify,
     Stats,
     Step,
@@ -57,6 +56,7 @@ from .generations import Selection, strategy_field
 from .guard import ErrorCounter
 from .live_cadence import LiveCadence
 from .placement import Placement, placement_fields
+from .published_state import SnapshotParts
 from .publisher import Publisher
 from .self_check import SelfCheck
 from .server import RequestServer
@@ -111,7 +111,7 @@ class Inspector:
         sink.observed = self.every_step  # nobody can have subscribed yet
         self.cadence = LiveCadence(config.live_budget)
         self.stats = StatsCollector(selection.generation.pools.mamba_allocator(scheduler.req_to_token_pool), sink)
-        self._last_snapshot: Snapshot | None = None
+        self._last_snapshot: SnapshotParts | None = None
         self._caught_up_at = float("-inf")
         keys = self._keys(config)
         self.gate = StepGate()
@@ -274,7 +274,7 @@ class Inspector:
             unobserved_steps=self._unobserved,
         )
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> SnapshotParts:
         """A consistent full state (request thread): freezes it under the lock, copies and
         encodes it outside. Steps went uncaptured: first asks the scheduler to catch up (at most every
         SNAPSHOT_CATCH_UP_S), and waits a little. Nothing captured since the last snapshot: the
@@ -293,7 +293,7 @@ class Inspector:
         self._last_snapshot = self._take_snapshot()
         return self._last_snapshot
 
-    def _take_snapshot(self) -> Snapshot:
+    def _take_snapshot(self) -> SnapshotParts:
         with self._lock:  # O(shards): the state's shards are frozen (cow_map.py), not copied
             published = self.capture.published()
             contents = self.contents.frozen()
@@ -301,9 +301,9 @@ class Inspector:
             seq = self._seq
         # Copied here, a shard at a time with rests: the scheduler thread neither waits for the
         # lock nor for one long GIL hold (a 100k-entry dict copy is several ms in one C call).
-        state = published.to_cache_state(contents.to_dict())
-        state.contents.update(verified)
-        return Snapshot(schema_version=SCHEMA_VERSION, seq=Seq(seq), state=state, counters=self.counters())
+        merged = contents.to_dict()
+        merged.update(verified)
+        return SnapshotParts(seq=Seq(seq), published=published, contents=merged, counters=self.counters())
 
     def stats_reply(self) -> Stats:
         with self._lock:

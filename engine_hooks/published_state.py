@@ -1,6 +1,7 @@
 """The state of the last published capture as the request thread takes it: frozen shards
-(cow_map.py), taken under the inspector's lock in O(shards), and turned into a CacheState outside
-it a shard at a time, so that no single call holds the GIL for a tree's worth of copying."""
+(cow_map.py), taken under the inspector's lock in O(shards). A snapshot is encoded outside the
+lock straight from those shards, a piece at a time (SnapshotParts, rested_encode.py): no single
+call holds the GIL for a tree's worth of copying, and no tree-sized dict is built for it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcinspect.schema import CacheState, KvState, NodeId, NodeRecord, RequestRecord, Rid, SlotClaim, SlotContent, SlotId, Step
+from mcinspect.schema import (
+    CacheState,
+    Counters,
+    KvState,
+    NodeId,
+    NodeRecord,
+    RequestRecord,
+    Rid,
+    Seq,
+    SlotClaim,
+    SlotContent,
+    SlotId,
+    Step,
+)
 
 from .cow_map import Frozen
 
@@ -22,7 +36,7 @@ class PublishedState:
     """The capture's own dict, which it replaces (never changes) at each step (a few hundred)."""
     kv: KvState
 
-    def to_cache_state(self, contents: dict[SlotId, SlotContent] | None = None, rest: Callable[[float], None] = time.sleep) -> CacheState:
+    def to_cache_state(self, rest: Callable[[float], None] = time.sleep) -> CacheState:
         """The CacheState (new dicts; the records are shared), built with `rest`s between shards."""
         return CacheState(
             step=self.step,
@@ -30,5 +44,18 @@ class PublishedState:
             slots=self.slots.to_dict(rest),  # type: ignore[arg-type]  # tuples encode as the schema's lists
             requests=dict(self.requests),
             kv=self.kv,
-            contents=contents if contents is not None else {},
         )
+
+
+@dataclass(frozen=True)
+class SnapshotParts:
+    """A Snapshot as the request thread takes it, for `encode_rested`, which encodes the frozen
+    maps a shard at a time. Copied into dicts first, the slot map was a 100k-entry dict of
+    new claim tuples that the cyclic GC walked at each young collection while it was
+    encoded: gen-1 pauses of 7-11 ms on whichever thread allocated, the scheduler's too."""
+
+    seq: Seq
+    published: PublishedState
+    contents: dict[SlotId, SlotContent]
+    """The slots' contents with the verifier's overlay (records the GC does not track)."""
+    counters: Counters

@@ -3,7 +3,8 @@ publisher threads.
 
 msgspec holds the GIL for a whole `encode` call: a 100k-node snapshot is 100 ms or more during
 which the scheduler thread (Python too) cannot run. Here each big dict or list field of a
-Snapshot or Delta is encoded CHUNK items at a time; after each piece the thread sleeps
+Snapshot or Delta, and each frozen map of the inspector's SnapshotParts (read a shard at a
+time: published_state.py), is encoded CHUNK items at a time; after each piece the thread sleeps
 REST_RATIO times as long as the piece took: the scheduler gets the GIL at once, and when it
 hands the GIL over mid-step (every torch op does) it is back within a piece (a quarter of a
 millisecond) and mostly at once. The bytes decode to the same message.
@@ -25,7 +26,10 @@ from typing import Any
 
 import msgspec
 
-from mcinspect.schema import Delta, History, Snapshot
+from mcinspect.schema import SCHEMA_VERSION, CacheState, Delta, History, Snapshot
+
+from .cow_map import Frozen
+from .published_state import SnapshotParts
 
 CHUNK = 250
 """Items per piece: about a quarter of a millisecond of encoding for node records (1000 a piece
@@ -47,9 +51,16 @@ afterwards; zmq, msgspec.Raw and the decoders take either)."""
 def encode_rested(encoder: msgspec.msgpack.Encoder, message: Any, rest: Callable[[float], None] = time.sleep) -> Encoded:
     """`encoder.encode(message)`, with a Snapshot's or Delta's big fields encoded piece by piece
     and a History's deltas (encoded already) copied piece by piece, `rest(seconds)` after each
-    piece (REST_RATIO times the piece's own duration)."""
+    piece (REST_RATIO times the piece's own duration). SnapshotParts encode as the Snapshot
+    they stand for."""
     pieces: list[list[Any]] = []
-    if isinstance(message, Snapshot):
+    if isinstance(message, SnapshotParts):
+        published = message.published
+        values = (published.nodes, published.slots, published.requests, message.contents)
+        big = {name: _rested(encoder, value, rest, pieces) for name, value in zip(_STATE_FIELDS, values)}
+        state = CacheState(step=published.step, kv=published.kv, **big)
+        message = Snapshot(schema_version=SCHEMA_VERSION, seq=message.seq, state=state, counters=message.counters)
+    elif isinstance(message, Snapshot):
         state = message.state
         fields = {name: _rested(encoder, getattr(state, name), rest, pieces) for name in _STATE_FIELDS}
         message = msgspec.structs.replace(message, state=msgspec.structs.replace(state, **fields))
@@ -74,12 +85,16 @@ def _raw_bytes(deltas: list[Any]) -> int:
 
 
 def _rested(encoder: msgspec.msgpack.Encoder, value: Any, rest: Callable[[float], None], pieces: list[list[Any]]) -> Any:
-    """`value` itself when small, else a marker (as `msgspec.Raw`) for its encoding, which is
-    appended to `pieces` as [marker, header, piece, ...]."""
-    if len(value) <= CHUNK:
+    """`value` itself when a small dict or list, else a marker (as `msgspec.Raw`) for its
+    encoding (a map's for a Frozen, whatever its size), which is appended to `pieces` as
+    [marker, header, piece, ...]."""
+    if isinstance(value, Frozen):
+        is_map, items = True, itertools.chain.from_iterable(shard.items() for shard in value.shards())
+    elif len(value) <= CHUNK:
         return value
-    is_map = isinstance(value, dict)
-    items = iter(value.items()) if is_map else iter(value)
+    else:
+        is_map = isinstance(value, dict)
+        items = iter(value.items()) if is_map else iter(value)
     marker = os.urandom(16)
     parts = [marker, (b"\xdf" if is_map else b"\xdd") + len(value).to_bytes(4, "big")]
     # dict(islice(items)) takes each (key, value) pair without keeping it: no 250 tuples a piece

@@ -3,9 +3,10 @@
 Dropping the last reference to a 100k-node Snapshot frees its dicts and every record no longer
 shared with the live state in one go: 10-25 ms of GIL in a single bytecode of the request
 thread (the bench's `--gil-holds`), which the scheduler thread waits out. Here the snapshot's big
-dicts are emptied CHUNK entries at a time with rests (as rested_encode.py encodes), but only
-when the caller held the last reference to them: a snapshot someone else still holds is left
-whole.
+dicts (a Snapshot's maps; SnapshotParts' contents and the frozen shards of its maps, which the
+live maps stopped sharing when they changed them: cow_map.py) are emptied CHUNK entries at a
+time with rests (as rested_encode.py encodes), each only when the caller held the last reference
+to it: a dict someone else still holds is left whole.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from mcinspect.schema import Snapshot
 
+from .published_state import SnapshotParts
 from .rested_encode import CHUNK, REST_RATIO
 
 _STATE_FIELDS = ("nodes", "slots", "requests", "contents")
@@ -24,25 +27,32 @@ _ONLY_OURS = 2
 """`sys.getrefcount` of an object held by one local name only (the call's argument adds one)."""
 
 
-def free_rested(doomed: list[Snapshot], rest: Callable[[float], None] = time.sleep) -> int:
+def free_rested(doomed: list[Snapshot | SnapshotParts], rest: Callable[[float], None] = time.sleep) -> int:
     """Take the snapshot out of `doomed` (the caller's only reference) and free it a piece at a
     time; returns the entries freed that way (0: someone else holds it, or it was small)."""
     snapshot = doomed.pop()
     if sys.getrefcount(snapshot) > _ONLY_OURS:
         return 0
-    state = snapshot.state
-    del snapshot  # the state's only holder now is `state`, if nobody else kept it
-    if sys.getrefcount(state) > _ONLY_OURS:
-        return 0
+    held = _dicts_of(snapshot)
+    del snapshot  # each dict's only holder now is `held`, if nobody else kept it
     freed = 0
-    for name in _STATE_FIELDS:
-        entries = getattr(state, name)
-        if len(entries) <= CHUNK or sys.getrefcount(entries) > _ONLY_OURS + 1:  # + the state's field
+    while held:
+        entries = held.pop()
+        if len(entries) <= CHUNK or sys.getrefcount(entries) > _ONLY_OURS:
             continue
         while entries:
             began = time.perf_counter()
-            for _ in range(min(CHUNK, len(entries))):
+            count = min(CHUNK, len(entries))
+            for _ in range(count):
                 entries.popitem()  # the record goes with it when this was its last holder
-            freed += CHUNK
+            freed += count
             rest((time.perf_counter() - began) * REST_RATIO)
     return freed
+
+
+def _dicts_of(snapshot: Snapshot | SnapshotParts) -> list[dict[Any, Any]]:
+    if isinstance(snapshot, SnapshotParts):
+        published = snapshot.published
+        return [*published.nodes.shards(), *published.slots.shards(), snapshot.contents]
+    state = snapshot.state
+    return [getattr(state, name) for name in _STATE_FIELDS]

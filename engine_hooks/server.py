@@ -47,6 +47,7 @@ from mcinspect.schema import (
 from mcinspect.target import allow_ipv6, zmq_address
 from mcinspect.untrusted import MAX_DEPTH, DecodeFailed, decode, msgpack_depth_exceeds
 
+from .published_state import SnapshotParts
 from .publisher import HistoryWindow
 from .request_budget import ClientRates, TimeShare
 from .rested_encode import Encoded, encode_rested
@@ -89,7 +90,7 @@ class RequestServer:
         *,
         token: str,
         info: EngineInfo,
-        snapshot: Callable[[], Snapshot],
+        snapshot: Callable[[], Snapshot | SnapshotParts],
         history: Callable[[int], HistoryWindow | None],
         stats: Callable[[], Stats],
         handlers: Mapping[type, Callable[[Any], Reply]] | None = None,
@@ -130,7 +131,7 @@ class RequestServer:
             GetStats: lambda request: self._stats(),
             **(handlers or {}),
         }
-        self._encoded: tuple[Snapshot, Encoded] | None = None
+        self._encoded: tuple[Snapshot | SnapshotParts, Encoded] | None = None
         """The last snapshot sent and its encoding."""
         self._decoder = msgspec.msgpack.Decoder(Request)
         self._probe = msgspec.msgpack.Decoder(_VersionProbe)

@@ -10,6 +10,8 @@ import pytest
 
 from mcinspect.schema import Counters, Delta, History, Seq, SlotContent, SlotId, Snapshot, Step
 from mcinspect_engine_hooks import rested_encode
+from mcinspect_engine_hooks.cow_map import SHARD_SIZE, CowMap
+from mcinspect_engine_hooks.published_state import PublishedState, SnapshotParts
 from mcinspect_engine_hooks.rested_encode import CHUNK, encode_rested
 
 from factory import delta, free_slots, node, snapshot, state
@@ -23,6 +25,26 @@ def test_a_big_snapshot_decodes_the_same_and_rests_between_pieces() -> None:
     encoded = encode_rested(msgspec.msgpack.Encoder(), message, rests.append)
     assert msgspec.msgpack.decode(encoded, type=Snapshot) == message
     assert len(rests) == 4 + 3  # the nodes in 4 pieces, the slots in 3; the small fields at once
+
+
+def test_snapshot_parts_encode_from_their_frozen_shards_as_the_snapshot_they_stand_for() -> None:
+    """The maps span shards, with a gap of whole shards between ids; an empty frozen map is an
+    empty map; the contents are a plain dict (small: at once)."""
+    ids = [*range(1, SHARD_SIZE + 9), *range(3 * SHARD_SIZE, 3 * SHARD_SIZE + 5)]
+    cache = state(4, nodes=[node(i, parent=i - 1) for i in ids], slots=free_slots(*ids))
+    cache.contents = {SlotId(3): SlotContent(slot=SlotId(3), fingerprint=3, nonfinite=0, zero=False, step=Step(2))}
+    expected = snapshot(9, cache)
+    nodes, slots = CowMap(cache.nodes), CowMap(cache.slots)
+    published = PublishedState(cache.step, nodes.freeze(), slots.freeze(), cache.requests, cache.kv)
+    parts = SnapshotParts(seq=Seq(9), published=published, contents=cache.contents, counters=expected.counters)
+    rests: list[float] = []
+    encoded = encode_rested(msgspec.msgpack.Encoder(), parts, rests.append)
+    assert msgspec.msgpack.decode(encoded, type=Snapshot) == expected
+    pieces = -(-len(ids) // CHUNK)
+    assert len(rests) == 2 * pieces
+    empty = PublishedState(cache.step, CowMap().freeze(), CowMap().freeze(), {}, cache.kv)
+    encoded = encode_rested(msgspec.msgpack.Encoder(), SnapshotParts(Seq(1), empty, {}, Counters()), rests.append)
+    assert msgspec.msgpack.decode(encoded, type=Snapshot).state == state(4)
 
 
 def test_a_big_delta_decodes_the_same_and_a_small_one_is_one_piece() -> None:

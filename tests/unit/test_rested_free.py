@@ -1,10 +1,14 @@
 """A dropped big snapshot is freed in pieces with rests when the caller held its last
-reference, and left whole when someone else still holds it."""
+reference, and left whole when someone else still holds it; of the inspector's SnapshotParts,
+only the shards the live maps no longer share."""
 
 from __future__ import annotations
 
 import copy
 
+from mcinspect.schema import Counters, KvState, NodeId, Seq, Snapshot, Step
+from mcinspect_engine_hooks.cow_map import SHARD_SIZE, CowMap
+from mcinspect_engine_hooks.published_state import PublishedState, SnapshotParts
 from mcinspect_engine_hooks.rested_encode import CHUNK
 from mcinspect_engine_hooks.rested_free import free_rested
 
@@ -45,3 +49,18 @@ def test_a_snapshot_held_elsewhere_is_left_whole() -> None:
     del message
     assert free_rested(doomed, rests.append) == 0  # the state is still `kept`'s
     assert len(kept.state.nodes) == count > CHUNK * 3 and not rests
+
+
+def test_snapshot_parts_free_only_the_shards_the_live_maps_stopped_sharing() -> None:
+    live = CowMap({NodeId(i): node(i) for i in range(3 * SHARD_SIZE)})
+    frozen = live.freeze()
+    live[NodeId(SHARD_SIZE)] = node(SHARD_SIZE, key_len=3)  # copies the second shard first
+    live.pop_keys_in(set(range(2 * SHARD_SIZE, 3 * SHARD_SIZE)))  # drops the third
+    empty = CowMap().freeze()
+    published = PublishedState(Step(1), frozen, empty, {}, KvState(page_size=1, size=1, free_runs=[]))
+    doomed: list[Snapshot | SnapshotParts] = [SnapshotParts(Seq(1), published, {}, Counters())]
+    del frozen, published
+    rests: list[float] = []
+    assert free_rested(doomed, rests.append) == 2 * SHARD_SIZE  # the first shard is still the live map's
+    assert len(rests) == 2 * -(-SHARD_SIZE // CHUNK)
+    assert len(live) == 2 * SHARD_SIZE and live[NodeId(SHARD_SIZE)].key_len == 3 and live[NodeId(5)] == node(5)
