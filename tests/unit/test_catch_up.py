@@ -22,6 +22,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from mcinspect.schema import CacheState, Counters, Seq, Step, apply_delta  # noqa: E402
 from mcinspect_engine_hooks import adapter_0516  # noqa: E402
+from mcinspect_engine_hooks import capture as capture_module  # noqa: E402
 from mcinspect_engine_hooks.capture import RETIRED_A_STEP, Capture  # noqa: E402
 from mcinspect_engine_hooks.catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink  # noqa: E402
@@ -98,6 +99,8 @@ def catch_up(tree: Tree, capture: Capture, published: CacheState) -> tuple[Cache
     while True:
         parts = capture.step(Step(n))
         if parts is not None:
+            gc.collect()  # its node lists hold untracked records and ids: the GC stops tracking them
+            assert not gc.is_tracked(parts.upsert_nodes) and not gc.is_tracked(parts.removed_nodes)
             apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
             return published, n
         assert capture.catching_up and capture.state == before  # snapshots serve the last published state
@@ -137,6 +140,51 @@ def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: t
     assert not onces[-1]  # an ordinary step's are
     apply_delta(state, parts.to_delta(seq=Seq(n + 1), step=Step(n + 1), events=[], counters=Counters()))
     assert state == full_read(tree.scheduler, sink, n + 1)
+    assert errors.total == 0
+
+
+class Clock:
+    """A perf_counter that only the spied chunks move: a node chunk takes 2 ms, a slot chunk 1 ms."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_no_chunk_begins_that_would_end_past_the_steps_budget(
+    hooks: tuple[EventSink, ErrorCounter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping once past the deadline let the last node chunk and the slot chunk after it each
+    begin in time: a 7 ms budget ran to 9 ms (4 node chunks, then a slot chunk)."""
+    sink, errors = hooks
+    tree, capture, published = grown_unwatched(sink)
+    capture._budget_s = 0.007
+    clock = Clock()
+    monkeypatch.setattr(capture_module, "time", clock)
+    read_nodes, reclaim, advance = capture._read_nodes, capture._reclaim, capture._advance
+    spent: list[float] = []
+
+    def timed_read_nodes(chunk, pending):  # noqa: ANN001, ANN202
+        clock.now += 0.002
+        return read_nodes(chunk, pending)
+
+    def timed_reclaim(slots, free):  # noqa: ANN001, ANN202
+        clock.now += 0.001
+        return reclaim(slots, free)
+
+    def timed_advance(catch_up):  # noqa: ANN001, ANN202
+        began = clock.now
+        try:
+            return advance(catch_up)
+        finally:
+            spent.append(clock.now - began)
+
+    capture._read_nodes, capture._reclaim, capture._advance = timed_read_nodes, timed_reclaim, timed_advance
+    state, n = catch_up(tree, capture, published)
+    assert n > 2 and max(spent) <= 0.007 + 1e-9
+    assert state == full_read(tree.scheduler, sink, n)
     assert errors.total == 0
 
 
