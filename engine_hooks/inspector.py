@@ -275,10 +275,11 @@ class Inspector:
         )
 
     def snapshot(self) -> SnapshotParts:
-        """A consistent full state (request thread): freezes it under the lock, copies and
-        encodes it outside. Steps went uncaptured: first asks the scheduler to catch up (at most every
-        SNAPSHOT_CATCH_UP_S), and waits a little. Nothing captured since the last snapshot: the
-        same object again (the server sends its encoding again)."""
+        """A consistent full state (request thread): freezes it under the lock; the server
+        encodes it outside, from the frozen shards (published_state.SnapshotParts). Steps went
+        uncaptured: first asks the scheduler to catch up (at most every SNAPSHOT_CATCH_UP_S),
+        and waits a little. Nothing captured since the last snapshot: the same object again
+        (the server sends its encoding again)."""
         target = self._step
         now = time.monotonic()
         news = self.verifier.has_news()
@@ -299,8 +300,8 @@ class Inspector:
             contents = self.contents.frozen()
             verified = self.verifier.overlay(contents)
             seq = self._seq
-        # Copied here, a shard at a time with rests: the scheduler thread neither waits for the
-        # lock nor for one long GIL hold (a 100k-entry dict copy is several ms in one C call).
+        # The contents copied here, a shard at a time with rests: the scheduler thread neither
+        # waits for the lock nor for one long GIL hold (a 100k-entry dict copy is ms in one call).
         merged = contents.to_dict()
         merged.update(verified)
         return SnapshotParts(seq=Seq(seq), published=published, contents=merged, counters=self.counters())
