@@ -85,12 +85,12 @@ class DerivedMemo:
                 stale.append(node)
             out.append(known)
         fresh = iter(derive_all(stale, values, self._tokens_of))
-        for _ in range(len(memo) + len(stale) - REMEMBERED_NODES):
-            memo.popitem(last=False)
         result = []
         for node, known in zip(nodes, out):
             if known is None:
                 known = memo[node.id] = next(fresh)
                 memo.move_to_end(node.id)
             result.append(known)
+        for _ in range(len(memo) - REMEMBERED_NODES):  # never this read's: it adds at most as many
+            memo.popitem(last=False)
         return result

@@ -43,16 +43,16 @@ def test_a_full_memo_forgets_only_as_many_of_its_oldest_nodes_as_a_read_adds() -
 
 
 def test_a_node_derived_again_counts_as_new_and_its_fields_follow_its_new_objects() -> None:
-    counted = Counted(REMEMBERED_NODES + 1)
+    counted = Counted(REMEMBERED_NODES + 6)
     counted.read(range(REMEMBERED_NODES))
-    node = counted.nodes[0]
+    node = counted.nodes[5]
     node.mamba = torch.tensor([99])  # sglang binds a new value object: derived again
-    assert counted.read(range(1)) == 1
+    assert counted.read(range(5, 6)) == 1
     assert counted.memo.derive([node])[0].slot == 99
-    # Node 0 is now the newest: the next node to make room is node 1.
-    assert counted.read(range(REMEMBERED_NODES, REMEMBERED_NODES + 1)) == 1
-    assert counted.read(range(1)) == 0
-    assert counted.read(range(1, 2)) == 1
+    # Node 5 is now the newest: the 6 nodes added next push out nodes 0-4 and 6, not node 5.
+    assert counted.read(range(REMEMBERED_NODES, REMEMBERED_NODES + 6)) == 6
+    assert counted.read(range(5, 6)) == 0
+    assert counted.read(range(6, 7)) == 1
 
 
 def test_nodes_read_once_are_derived_but_neither_remembered_nor_pushing_others_out() -> None:
