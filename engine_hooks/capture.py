@@ -273,7 +273,7 @@ class Capture:
         shared): the baseline, or while a catch-up is under way the state before it."""
         assert self._kv is not None, "full_state() first"
         if self._catch_up is not None:
-            return self._catch_up.published.to_cache_state(rest=lambda seconds: None)
+            return self._catch_up.published.to_cache_state()
         return CacheState(
             step=self._step,
             nodes=self._nodes.to_dict(),

@@ -5,8 +5,6 @@ call holds the GIL for a tree's worth of copying, and no tree-sized dict is buil
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcinspect.schema import (
@@ -36,12 +34,13 @@ class PublishedState:
     """The capture's own dict, which it replaces (never changes) at each step (a few hundred)."""
     kv: KvState
 
-    def to_cache_state(self, rest: Callable[[float], None] = time.sleep) -> CacheState:
-        """The CacheState (new dicts; the records are shared), built with `rest`s between shards."""
+    def to_cache_state(self) -> CacheState:
+        """The CacheState (new dicts; the records are shared), built at once on the calling
+        thread (Capture.state, the scheduler's: it must not rest; snapshots are not built so)."""
         return CacheState(
             step=self.step,
-            nodes=self.nodes.to_dict(rest),
-            slots=self.slots.to_dict(rest),  # type: ignore[arg-type]  # tuples encode as the schema's lists
+            nodes=self.nodes.to_dict(_at_once),
+            slots=self.slots.to_dict(_at_once),  # type: ignore[arg-type]  # tuples encode as the schema's lists
             requests=dict(self.requests),
             kv=self.kv,
         )
@@ -59,3 +58,7 @@ class SnapshotParts:
     contents: dict[SlotId, SlotContent]
     """The slots' contents with the verifier's overlay (records the GC does not track)."""
     counters: Counters
+
+
+def _at_once(seconds: float) -> None:
+    """No rest between shards."""

@@ -373,7 +373,7 @@ def test_a_published_state_is_frozen_under_the_lock_and_stays_as_taken(hooks: tu
         tree.change()
         assert capture.step(Step(n)) is not None
     assert capture.state != taken
-    assert published.to_cache_state(rest=lambda seconds: None) == taken
+    assert published.to_cache_state() == taken
     moved = capture.state
     for _ in range(GROUPS * PER_GROUP):  # a catch-up: its published state is `moved` until it ends
         tree.insert()
@@ -381,7 +381,7 @@ def test_a_published_state_is_frozen_under_the_lock_and_stays_as_taken(hooks: tu
     during = capture.published()
     tree.change()
     assert capture.step(Step(5)) is None
-    assert during.to_cache_state(rest=lambda seconds: None) == moved == capture.state
+    assert during.to_cache_state() == moved == capture.state
 
 
 def test_a_tree_grown_unwatched_is_read_once_and_its_taken_slots_swept(hooks: tuple[EventSink, ErrorCounter]) -> None:
