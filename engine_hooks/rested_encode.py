@@ -41,7 +41,8 @@ COPY_BYTES = 1 << 20
 """Bytes copied into the output between rests: a fraction of a millisecond of memcpy."""
 
 _DELTA_FIELDS = ("upsert_nodes", "removed_nodes", "slots", "upsert_requests", "contents", "events")
-_STATE_FIELDS = ("nodes", "slots", "requests", "contents")
+STATE_FIELDS = ("nodes", "slots", "requests", "contents")
+"""CacheState's big fields (also freed in pieces: rested_free.py)."""
 
 Encoded = bytes | bytearray
 """An encoded message: bytes, or a bytearray when it was assembled from pieces (never changed
@@ -57,12 +58,12 @@ def encode_rested(encoder: msgspec.msgpack.Encoder, message: Any, rest: Callable
     if isinstance(message, SnapshotParts):
         published = message.published
         values = (published.nodes, published.slots, published.requests, message.contents)
-        big = {name: _rested(encoder, value, rest, pieces) for name, value in zip(_STATE_FIELDS, values)}
+        big = {name: _rested(encoder, value, rest, pieces) for name, value in zip(STATE_FIELDS, values)}
         state = CacheState(step=published.step, kv=published.kv, **big)
         message = Snapshot(schema_version=SCHEMA_VERSION, seq=message.seq, state=state, counters=message.counters)
     elif isinstance(message, Snapshot):
         state = message.state
-        fields = {name: _rested(encoder, getattr(state, name), rest, pieces) for name in _STATE_FIELDS}
+        fields = {name: _rested(encoder, getattr(state, name), rest, pieces) for name in STATE_FIELDS}
         message = msgspec.structs.replace(message, state=msgspec.structs.replace(state, **fields))
     elif isinstance(message, Delta):
         fields = {name: _rested(encoder, getattr(message, name), rest, pieces) for name in _DELTA_FIELDS}

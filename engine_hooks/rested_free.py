@@ -19,9 +19,7 @@ from typing import Any
 from mcinspect.schema import Snapshot
 
 from .published_state import SnapshotParts
-from .rested_encode import CHUNK, REST_RATIO
-
-_STATE_FIELDS = ("nodes", "slots", "requests", "contents")
+from .rested_encode import CHUNK, REST_RATIO, STATE_FIELDS
 
 _ONLY_OURS = 2
 """`sys.getrefcount` of an object held by one local name only (the call's argument adds one)."""
@@ -55,4 +53,4 @@ def _dicts_of(snapshot: Snapshot | SnapshotParts) -> list[dict[Any, Any]]:
         published = snapshot.published
         return [*published.nodes.shards(), *published.slots.shards(), snapshot.contents]
     state = snapshot.state
-    return [getattr(state, name) for name in _STATE_FIELDS]
+    return [getattr(state, name) for name in STATE_FIELDS]
