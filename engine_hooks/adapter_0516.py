@@ -33,7 +33,8 @@ def refusal(tree_cache: Any) -> str:
     return f"{type(tree_cache).__name__} is not a UnifiedRadixCache keeping its own nodes with a MAMBA component"
 
 
-def tree_view(tree_cache: Any) -> WalkedTreeView:
+def tree_view(tree_cache: Any, sink: Any = None) -> WalkedTreeView:
+    """`sink` is not read: 0.5.16 has no dirty-mark hooks (every capture walks the tree)."""
     return WalkedTreeView(tree_cache)
 
 

@@ -79,8 +79,9 @@ def is_python_core(tree_cache: Any) -> bool:
     return hasattr(tree_cache.tree_core, "_node_arena")
 
 
-def tree_view(tree_cache: Any) -> PythonTreeView | RustTreeView:
-    """The view of `tree_cache`'s core (generations.Generation.tree_view)."""
+def tree_view(tree_cache: Any, sink: Any = None) -> PythonTreeView | RustTreeView:
+    """The view of `tree_cache`'s core (generations.Generation.tree_view; `sink` is not read:
+    the core's own hooks mark its nodes, and it keeps them in its arena)."""
     core = tree_cache.tree_core
     return PythonTreeView(core) if is_python_core(tree_cache) else RustTreeView(core)
 

@@ -6,9 +6,10 @@ Chosen by feature detection (`supports`): a `root_node` and the two LRU lists
 a split parent), `full_lock_ref` / `mamba_lock_ref`, `last_access_time`, `hit_count`, and the
 links of both LRU lists (`prev`/`next`, `mamba_prev`/`mamba_next`; `LRUList.cache` is id ->
 node). Ids come from a class counter (only grow). Unlike 0.5.23's core there is no node
-arena: `arena()` walks the tree, so Capture re-reads every node at each capture (the table's
-`lost`: no node-level dirty marks, O(tree) per capture), and a record is `evictable` when
-sglang's eviction could take it now (an unlocked leaf; MRC keeps no leaf set).
+arena: with mrc_marks' hooks bound, `arena()` is the node map they keep (walked once, and again
+after a `reset()`) and Capture reads only the nodes they mark, as on 0.5.23; without them it
+walks the tree, and Capture re-reads every node at each capture (O(tree)). A record is
+`evictable` when sglang's eviction could take it now (an unlocked leaf; MRC keeps no leaf set).
 
 Each record names its next less recently used neighbour of the mamba LRU list
 (`mamba_lru_older`), for the `mamba-lru` check: sglang evicts in that order and asserts it
@@ -22,6 +23,7 @@ from typing import Any
 
 from mcinspect.schema import NodeId, NodeRecord, SlotId
 
+from .event_sink import EventSink
 from .node_derived import DerivedMemo
 from .req_kv import key_tokens
 from .tree_walk import walked_arena, walked_depths
@@ -42,24 +44,36 @@ def refusal(tree_cache: Any) -> str:
     )
 
 
-def tree_view(tree_cache: Any) -> MrcTreeView:
-    return MrcTreeView(tree_cache)
+def tree_view(tree_cache: Any, sink: EventSink | None = None) -> MrcTreeView:
+    return MrcTreeView(tree_cache, sink)
 
 
 class MrcTreeView:
     """Every node of a MambaRadixCache (generations.FullTreeView)."""
 
     full_detail = True
-    walked = True
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Any, sink: EventSink | None = None) -> None:
         self.cache = cache
+        self.sink = sink if sink is not None and sink.node_map_hooked else None
+        """The sink whose node map and marks mrc_marks' hooks keep (None: they are not bound)."""
+        self.walked = self.sink is None
         self._arena: dict[int, Any] = {}
         self._derived = DerivedMemo(_values, _tokens)
 
     def arena(self) -> dict[int, Any]:
-        """NodeId -> node, ids ascending (the newest last), walked afresh: a new dict each call."""
-        self._arena = walked_arena(self.cache.root_node)
+        """NodeId -> node, ids ascending (the newest last). Walked afresh, a new dict, when no
+        hooks keep the node map, or when it is to be walked (first, and after a `reset()`);
+        else the map they keep, the same dict, with the root marked (its last access moves
+        with every match and insert, which mark no node of the root's own)."""
+        sink = self.sink
+        if sink is None:
+            self._arena = walked_arena(self.cache.root_node)
+            return self._arena
+        if sink.node_map is None:
+            sink.node_map = walked_arena(self.cache.root_node)
+        sink.mark(self.cache.root_node.id)
+        self._arena = sink.node_map
         return self._arena
 
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]:
@@ -74,8 +88,8 @@ class MrcTreeView:
         full_lru = cache.full_lru_list.cache
         mamba_lru = cache.mamba_lru_list.cache
         oldest_end = cache.mamba_lru_list.tail
-        # Read whole at each capture: what a node's key and values gave is kept while they are the same objects.
-        derived = self._derived.derive([node for node, _ in items], whole_tree=True, remember=not once)
+        # What a node's key and values gave is kept while they are the same objects.
+        derived = self._derived.derive([node for node, _ in items], whole_tree=self.walked, remember=not once)
         out = []
         for (node, depth), known in zip(items, derived):
             out.append(
@@ -104,6 +118,9 @@ class MrcTreeView:
 
     def _live(self, node_id: int) -> Any:
         """The node with this id if it is still in the tree (a deleted leaf keeps its values)."""
+        if self.sink is not None:  # the hooks drop a node from the map as it leaves the tree
+            nodes = self.sink.node_map
+            return (self.arena() if nodes is None else nodes).get(node_id)
         node = self._arena.get(node_id)
         if node is None:
             node = self.arena().get(node_id)

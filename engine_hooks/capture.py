@@ -155,7 +155,7 @@ class Capture:
         self.tree_cache = tree_cache
         self.pool = scheduler.req_to_token_pool
         self._pools = pools = generation.pools
-        self._view: Any = generation.tree_view(tree_cache)
+        self._view: Any = generation.tree_view(tree_cache, sink)
         """A generations.TreeView: FullTreeView when `full_detail`, else PathTreeView."""
         self._request_reader = pools.RequestReader(self.pool)
         self._kv_reader = pools.KvReader(scheduler.token_to_kv_pool_allocator)

@@ -4,9 +4,10 @@ A capture that must read many nodes (the first one after the tree grew while nob
 a dirty-mark overflow, a tree `reset()`) would cost the scheduler thread a second per 100k
 nodes in one step. Instead `Capture.step` reads them in chunks, a time budget a step
 (CATCH_UP_BUDGET_S), and publishes nothing until the last chunk: then one delta carries all
-of it. (Not on the releases whose tree is walked afresh at each capture, MambaRadixCache and
-0.5.16: without marks, nothing says which nodes moved while the read was spread, so each
-capture reads the whole tree in its own step; O(tree) a capture there, as their hook tables say.)
+of it. (Not on 0.5.16, whose tree is walked afresh at each capture, nor on MambaRadixCache
+without its dirty-mark hooks: without marks, nothing says which nodes moved while the read was
+spread, so each capture reads the whole tree in its own step; O(tree) a capture there, as their
+hook tables say. With them, mrc_marks.py keeps MambaRadixCache's nodes as an arena: spread.)
 Meanwhile:
 
 - the O(tree) parts are bulk work read in chunks like the rest, never in one step: the nodes to

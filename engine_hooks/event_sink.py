@@ -66,6 +66,11 @@ class EventSink:
         self.tracking = False
         self.overflowed = False
         self.dirty_nodes: set[int] = set()
+        self.node_map: dict[int, Any] | None = None
+        """MambaRadixCache's nodes by id, kept by mrc_marks' hooks (that cache has no arena of
+        its own); None until its view walks the tree (first, and after a `reset()`)."""
+        self.node_map_hooked = False
+        """mrc_marks' hooks are bound: marks and `node_map` follow every change of a node."""
         self.tombstones: set[int] = set()
         self.admission: IndexValue = None
         self._pending: list[tuple[type, dict[str, Any]]] = []
@@ -100,7 +105,7 @@ class EventSink:
         if self.tracking:
             self.dirty_nodes.add(node_id)
             if len(self.dirty_nodes) > self.max_dirty:
-                self._overflow()
+                self.overflow()
 
     def mark_path(self, node: Any) -> None:
         """`node` and its ancestors (lock refs and match timestamps change along a path)."""
@@ -108,7 +113,8 @@ class EventSink:
             self.mark(node.id)
             node = node.parent
 
-    def _overflow(self) -> None:
+    def overflow(self) -> None:
+        """Marks no longer tell what changed (too many, or the tree was reset): re-read everything."""
         self.overflowed = True
         self.dirty_nodes.clear()
 

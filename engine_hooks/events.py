@@ -37,6 +37,8 @@ from .events_0516 import Radix0516Hooks
 from .events_mrc import MrcHooks
 from .guard import ErrorCounter
 from .hooks_0523 import Hook
+from .hooks_mrc import MARKS
+from .mrc_marks import MrcMarks
 from .req_kv import decode_track_entries, decode_track_mask, kv_of, node_id_of
 from .state_log import StateLog
 from .tensor_runs import kept
@@ -282,7 +284,9 @@ def hook_points(
         "cow": CowHooks(sink),
         "mrc": MrcHooks(sink, log),
         "radix0516": Radix0516Hooks(sink, log),
+        "marks": MrcMarks(sink),
     }
+    sink.node_map_hooked = all(row in hooks for row in MARKS)  # partial marks would leave records stale
 
     def body(name: str, suffix: str = "") -> Callable[..., Any]:
         """Row body "owner.method" (an around row's pair: method_begin / method_end)."""

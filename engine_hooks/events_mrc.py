@@ -1,7 +1,7 @@
 """Hook bodies of the MambaRadixCache generation (hooks_mrc.HOOKS rows "mrc.*"): events and
 eviction records from sglang's MambaRadixCache, whose TreeNodes carry their own values, lock
-refs and LRU links. Read-only and guarded like events.py's bodies; no dirty marks (Capture
-re-reads the MRC tree at each capture, adapter_mrc)."""
+refs and LRU links. Read-only and guarded like events.py's bodies; the dirty marks are
+mrc_marks.py's."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ present: events_mrc, req_kv, events.prefill_track). 0.5.11 reads as 0.5.12 (the 
 skipped), and 0.5.10 as 0.5.11 but its idle loop calls `self_check_during_idle` (a fallback
 row); 0.5.10 has no HookRegistry: registry.py stands in for it at import. 0.5.16 keeps the nodes on the cache: its node is 0.5.17's Python-core node, so
 adapter_0523's records read it, over a walked tree (no arena, no dirty marks: O(tree) per
-capture); its cache methods take nodes, not ids (lock and finish bodies as MambaRadixCache's),
+capture; MambaRadixCache's own dirty-mark hooks keep its nodes by id: mrc_marks.py); its cache methods take nodes, not ids (lock and finish bodies as MambaRadixCache's),
 and its InsertResult names no node (the commit hook does); its requests keep their own fields
 as on 0.5.17. It still ships MambaRadixCache's methods (so it is tried before
 mamba-radix-cache), and 0.5.15 already ships its UnifiedRadixCache while building a
@@ -77,7 +77,7 @@ class FullTreeView(_TreeViewBase, Protocol):
 
     walked: bool
     """`arena()` walks the tree into a new dict each call (no arena, no dirty marks): every
-    capture reads every node (MambaRadixCache, 0.5.16)."""
+    capture reads every node (0.5.16; MambaRadixCache without its dirty-mark hooks)."""
 
     def arena(self) -> dict[int, Any]: ...
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]: ...
@@ -106,7 +106,7 @@ class Generation:
     required: tuple[str, ...]
     """Targets without which (and without their rows' fallbacks) the generation does not fit."""
     adapter: str
-    """Its tree adapter module: `refusal(tree_cache)` and `tree_view(tree_cache)`."""
+    """Its tree adapter module: `refusal(tree_cache)` and `tree_view(tree_cache, sink)`."""
     pools_reader: str
     """Its pools-and-requests module (the functions and readers of pools_0523)."""
     features: tuple[str, ...] = ()
@@ -116,8 +116,9 @@ class Generation:
         """Why the adapter cannot read `tree_cache` ("" when it can)."""
         return str(self._module(self.adapter).refusal(tree_cache))
 
-    def tree_view(self, tree_cache: Any) -> TreeView:
-        return self._module(self.adapter).tree_view(tree_cache)
+    def tree_view(self, tree_cache: Any, sink: Any) -> TreeView:
+        """The adapter's view of `tree_cache`; `sink`: the EventSink its hooks mark nodes in."""
+        return self._module(self.adapter).tree_view(tree_cache, sink)
 
     @property
     def pools(self) -> ModuleType:

@@ -12,8 +12,11 @@ define the decode copy in the backend module itself (0.5.14-0.5.15 import it the
 target and arguments are the same. No all-layers copy (Mamba2 decode tracks through
 `track_mamba_states_if_needed` here).
 
-Not hooked, and what that costs: node-level dirty marks (there is no node arena: every capture
-re-reads the whole tree, O(tree)); the T2 origins (which forward wrote a cached state: the track
+The node-level dirty marks ("marks.*", mrc_marks.py) hook the LRU lists' two primitives, the two
+deletions, the lock moves and `reset`: the class keeps no node arena, so they also keep its nodes
+by id. Without every one of them (`MARKS`) each capture walks and re-reads the whole tree, O(tree).
+
+Not hooked, and what that costs: the T2 origins (which forward wrote a cached state: the track
 entries are not kept on the batch).
 """
 
@@ -23,11 +26,24 @@ from .hooks_0523 import HOOKS as HOOKS_0523
 from .hooks_0523 import MODEL_RUNNER, REQ, SCHEDULE_BATCH, SCHEDULER, Hook
 
 MRC = "mem_cache.mamba_radix_cache.MambaRadixCache"
+MRC_LRU = "mem_cache.mamba_radix_cache.LRUList"
 MAMBA_ALLOCATOR = "mem_cache.allocator.mamba.MambaSlotAllocator"
 MAMBA_POOL = "mem_cache.memory_pool.MambaPool"
 MAMBA_BACKEND = "layers.attention.hybrid_linear_attn_backend.MambaAttnBackendBase"
 
 _EVICTIONS = "eviction counts in stats; the EvictEvent's nodes, slots and tokens"
+_MARKS = "node-level dirty marks (all of MARKS or none): each capture walks and re-reads the whole tree, O(tree)"
+
+MARKS: tuple[Hook, ...] = (
+    Hook(f"{MRC_LRU}._add_node_after", "before", "marks.linked", "every", "a node linked into an LRU list: kept by id when new to the tree (every new node enters the full list at once)", _MARKS),
+    Hook(f"{MRC_LRU}._remove_node", "before", "marks.unlinking", "every", "dirty marks: a node unlinked from an LRU list and its newer neighbour", _MARKS),
+    Hook(f"{MRC}._delete_leaf", "before", "marks.deleting", "every", "dirty marks: a leaf leaves the tree (and the node map), its parent", _MARKS),
+    Hook(f"{MRC}._delete_tombstone_leaf", "before", "marks.deleting", "every", "dirty marks: a tombstone leaf leaves the tree (and the node map), its parent", _MARKS),
+    Hook(f"{MRC}.inc_lock_ref", "before", "marks.locking", "every", "dirty marks: lock refs from the node to the root", _MARKS),
+    Hook(f"{MRC}.dec_lock_ref", "before", "marks.locking", "every", "dirty marks: lock refs from the node to the root", _MARKS),
+    Hook(f"{MRC}.reset", "after", "marks.reset", "every", "a new root: the node map walked afresh, every node re-read", _MARKS),
+)  # fmt: skip
+"""The dirty-mark rows: a release whose cache lacks one of them gets none (walked captures)."""
 
 HOOKS: tuple[Hook, ...] = (
     Hook(f"{SCHEDULER}.__init__", "after", "scheduler.init", "scheduler", "build the inspector: first full capture, bind ports", "everything: no inspector"),
@@ -60,4 +76,5 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{SCHEDULE_BATCH}._collect_deferred_mamba_cow_and_clear", "before", "state.collecting_copies", "state", "count of the copy-on-write path (demo summary, `Stats.paths`)", "the copy-on-write path count"),
     Hook(f"{SCHEDULE_BATCH}.mix_with_running", "after", "state.mixed", "state", "count of mixed batches (`Stats.paths`)", "the mixed-batch count"),
     *(h for h in HOOKS_0523 if h.kind == "write" and not h.target.endswith("track_mamba_states_all_layers")),
+    *MARKS,
 )  # fmt: skip

@@ -122,11 +122,14 @@ def mcinspect_hooks() -> Iterator[tuple[Any, Any]]:
 
 
 def install_hooks(points: list[tuple[str, str, Callable[..., None]]]) -> Callable[[], None]:
-    """Apply `points` through sglang's HookRegistry, as the plugin does; returns a function
-    that puts the original methods and the registry back."""
+    """Apply `points` through sglang's HookRegistry (registry.py's stand-in on a release
+    without one), as the plugin does; returns a function that puts the original methods and
+    the registry back."""
     import pkgutil
 
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from mcinspect_engine_hooks.registry import hook_registry
+
+    HookRegistry, HookType = hook_registry()  # noqa: N806 - sglang's class, or its stand-in
 
     saved_hooks = {target: list(hooks) for target, hooks in HookRegistry._hooks.items()}
     saved_patched = set(HookRegistry._patched)

@@ -11,6 +11,8 @@ from mcinspect_engine_hooks.cpu_engine import patches
 patches.install()
 
 from array import array  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -36,6 +38,7 @@ from mcinspect_engine_hooks.req_kv import (  # noqa: E402
     prefix_len_of,
 )
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
+from mcinspect_engine_hooks.tree_walk import walked_arena  # noqa: E402
 
 import factory  # noqa: E402
 import mrc_cache  # noqa: E402
@@ -229,3 +232,100 @@ def test_every_step_of_a_real_mamba_radix_cache_tree_of_many_nodes_is_captured()
         apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
         assert published == Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(n))
         tree.change(n)
+
+
+@contextmanager
+def _marked_capture(scheduler: Any) -> Iterator[Capture]:
+    """A Capture of the real cache with the release's whole hook table bound (its dirty-mark
+    rows too), as the plugin binds it; the original methods restored after."""
+    from cpu_cache import install_hooks
+
+    sink = EventSink()
+    restore = install_hooks(hook_points(sink, ErrorCounter(), StateLog(), select().hooks))
+    try:
+        assert sink.node_map_hooked
+        capture = Capture(scheduler, sink, MAMBA_RADIX_CACHE, budget_s=CATCH_UP_BUDGET_S)
+        assert not capture._view.walked
+        yield capture
+    finally:
+        restore()
+
+
+def _equals_a_full_walk(published: Any, capture: Capture, step: int) -> bool:
+    parts = capture.step(Step(step))
+    assert parts is not None
+    apply_delta(published, parts.to_delta(seq=Seq(step), step=Step(step), events=[], counters=Counters()))
+    return published == Capture(capture.scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(step))
+
+
+def test_a_leaf_evicted_under_a_node_with_a_state_leaves_that_node_an_evictable_leaf() -> None:
+    """The parent of a deleted leaf is marked: nothing else moves it (it keeps its state, so it
+    is not deleted after its child, nor moved in either LRU list)."""
+    cache = _real_cache()
+    mrc_cache.insert(cache, [1, 2], 11)
+    mrc_cache.insert(cache, [1, 2, 3], 12)  # a child of the first: root -> [1, 2] -> [3]
+    with _marked_capture(mrc_cache.scheduler_of(cache)) as capture:
+        published = capture.full_state(Step(0))
+        parent = next(r for r in published.nodes.values() if r.key_len == 2)
+        assert not parent.evictable
+        cache.evict_full(1)  # the one leaf goes
+        assert _equals_a_full_walk(published, capture, 1)
+        assert published.nodes[parent.id].evictable and len(published.nodes) == 2
+
+
+def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed() -> None:
+    """mrc_marks' hooks bound to the real class (with the rest of the release's table): a tree
+    grown unwatched is caught up over steps, then each step's delta leads to what a full walk
+    reads, through inserts, splits, hits, lock moves, mamba and full evictions (tombstones,
+    deleted leaves) and a `reset()`, while a step reads a few dozen of its 500+ nodes."""
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    tree = mrc_cache.GrowingTree(_real_cache())
+    cache = tree.cache
+    scheduler = mrc_cache.scheduler_of(cache)
+    with _marked_capture(scheduler) as capture:
+        read: list[int] = []
+        records = capture._view.records
+        capture._view.records = lambda items, *a, **k: read.append(len(items)) or records(items, *a, **k)
+        published = capture.full_state(Step(0))
+        for _ in range(2 * IMMEDIATE_NODES):
+            tree.insert()
+        locked: list[Any] = []
+
+        def churn(n: int) -> None:
+            tree.change(n)  # 3 inserts (new leaves and splits), a hit, a mamba eviction
+            hit = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tree.keys[(7 * n) % len(tree.keys)]), None)))
+            if n % 3 == 0:
+                cache.inc_lock_ref(hit.last_device_node)
+                locked.append(hit.last_device_node)
+            if n % 4 == 0 and locked:
+                cache.dec_lock_ref(locked.pop(0))
+            if n % 5 == 0:
+                cache.evict_full(12)  # leaves, then the tombstones they leave childless
+            if n == 30:
+                cache.reset()
+                locked.clear()
+
+        step = 0
+        while True:  # the unwatched growth: a catch-up spread over steps
+            step += 1
+            parts = capture.step(Step(step))
+            if parts is not None:
+                break
+        for n in range(1, 45):
+            apply_delta(published, parts.to_delta(seq=Seq(step), step=Step(step), events=[], counters=Counters()))
+            assert published == Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(step)), f"step {step}"
+            nodes = len(walked_arena(cache.root_node))
+            churn(n)
+            read.clear()
+            step += 1
+            parts = capture.step(Step(step))
+            if n == 30:  # a reset: its (new) tree re-read whole, as after a mark overflow (catch_up.py)
+                while parts is None:
+                    step += 1
+                    parts = capture.step(Step(step))
+                continue
+            assert parts is not None and not capture.catching_up, n
+            assert sum(read) <= 60 and (n > 30 or nodes >= 2 * IMMEDIATE_NODES), (n, sum(read), nodes)
+        assert set(capture.sink.node_map) == set(walked_arena(cache.root_node))
