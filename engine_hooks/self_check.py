@@ -13,6 +13,7 @@ from mcinspect.schema import CacheState, Step
 
 from .capture import Capture
 from .pools_0523 import mamba_allocator
+from .tree_walk import walked_arena
 
 SELF_CHECK_ENV = "MCINSPECT_SELF_CHECK"
 logger = logging.getLogger("mcinspect.engine_hooks")
@@ -67,9 +68,11 @@ def disagreements_with_sglang(state: CacheState, scheduler: Any, full_detail: bo
     if kv_free != sglang_free:
         reasons.append(f"{kv_free} free KV tokens, allocator says {sglang_free}")
     if full_detail:
-        arena = scheduler.tree_cache.tree_core._node_arena
+        cache = scheduler.tree_cache
+        # The Python tree core's arena; a cache keeping its nodes itself (0.5.16, MambaRadixCache) walked from its root.
+        arena = cache.tree_core._node_arena if hasattr(cache, "tree_core") else walked_arena(cache.root_node)
         if len(state.nodes) != len(arena):
-            reasons.append(f"{len(state.nodes)} nodes, sglang's tree core has {len(arena)}")
+            reasons.append(f"{len(state.nodes)} nodes, sglang's tree has {len(arena)}")
         else:
             for node_id, node in arena.items():
                 record = state.nodes.get(node_id)

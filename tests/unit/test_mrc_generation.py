@@ -329,3 +329,25 @@ def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed()
             assert parts is not None and not capture.catching_up, n
             assert sum(read) <= 60 and (n > 30 or nodes >= 2 * IMMEDIATE_NODES), (n, sum(read), nodes)
         assert set(capture.sink.node_map) == set(walked_arena(cache.root_node))
+
+
+def test_the_self_check_compares_a_marked_capture_with_the_real_tree_walked() -> None:
+    """`--self-check` on a MambaRadixCache release: clean through real changes; a node cut out
+    of the tree behind the hooks' back (no sglang method ran) is a failure at the next step."""
+    from mcinspect_engine_hooks.self_check import SelfCheck
+
+    tree = mrc_cache.GrowingTree(_real_cache())
+    scheduler = mrc_cache.scheduler_of(tree.cache)
+    with _marked_capture(scheduler) as capture:
+        capture.full_state(Step(0))
+        check = SelfCheck()
+        for n in range(1, 6):
+            tree.change(n)
+            assert capture.step(Step(n)) is not None
+            check.after_step(capture, scheduler, Step(n))
+        assert check.steps == 5 and check.failures == 0, check.first_failure
+        leaf = next(node for node in walked_arena(tree.cache.root_node).values() if node.parent is not None and not node.children)
+        leaf.parent.children.pop(next(k for k, v in leaf.parent.children.items() if v is leaf))
+        assert capture.step(Step(6)) is not None
+        check.after_step(capture, scheduler, Step(6))
+        assert check.failures == 1 and "nodes differ from a full read" in check.first_failure, check.first_failure
