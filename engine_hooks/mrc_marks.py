@@ -20,10 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from .event_sink import EventSink
-
-
-def _arg(args: tuple, kwargs: dict, index: int, name: str) -> Any:
-    return args[index] if len(args) > index else kwargs[name]
+from .events_mrc import _arg
 
 
 class MrcMarks:
