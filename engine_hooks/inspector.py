@@ -250,7 +250,7 @@ class Inspector:
                 seq=Seq(self._seq), step=step, events=events, counters=self.counters(), contents=contents, removed_contents=dropped
             )
             if self.self_check is not None:
-                self.self_check.after_step(self.capture, scheduler, step)
+                self.self_check.after_step(self.capture, scheduler, step, batch)
             self._captured_step = int(step)
         self.publisher.publish(delta)
         self.cadence.captured(began, time.perf_counter())

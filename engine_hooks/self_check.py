@@ -31,9 +31,11 @@ class SelfCheck:
     def from_env(cls) -> SelfCheck | None:
         return cls() if os.environ.get(SELF_CHECK_ENV) == "1" else None
 
-    def after_step(self, capture: Capture, scheduler: Any, step: Step) -> None:
+    def after_step(self, capture: Capture, scheduler: Any, step: Step, batch: Any = None) -> None:
+        """`batch`: the step's batch, as the capture read it (its requests may not be in the
+        running batch yet: a full read without it misses them)."""
         incremental = capture.state
-        fresh = capture.full_state(step)  # same content if the deltas were right; rebaselines if not
+        fresh = capture.full_state(step, batch)  # same content if the deltas were right; rebaselines if not
         reasons = differences(incremental, fresh) + disagreements_with_sglang(fresh, scheduler, capture.full_detail)
         self.steps += 1
         if reasons:
