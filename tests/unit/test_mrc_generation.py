@@ -26,7 +26,8 @@ from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S, IMMEDIATE_NODES  
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE, resolve, select  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
-from mcinspect_engine_hooks.hooks_mrc import HOOKS  # noqa: E402
+from mcinspect_engine_hooks.hooks_0523 import HOOKS as HOOKS_0523  # noqa: E402
+from mcinspect_engine_hooks.hooks_mrc import HOOKS, MARKS  # noqa: E402
 from mcinspect_engine_hooks.req_kv import (  # noqa: E402
     FlatKv,
     decode_track_entries,
@@ -50,6 +51,19 @@ def test_every_row_binds_to_a_body_and_the_generation_comes_after_0_5_23s() -> N
     assert [target for target, _, _ in points] == ["sglang.srt." + h.target for h in bound]
     assert GENERATIONS[-1] is MAMBA_RADIX_CACHE  # 0.5.23's generation is tried first
     assert "mem_cache.mamba_radix_cache.MambaRadixCache.insert" in MAMBA_RADIX_CACHE.required
+
+
+def test_the_dirty_marks_are_on_only_with_every_one_of_their_rows() -> None:
+    """A release missing one of MARKS' targets (its row skipped) gets walked captures, not
+    marks that miss the changes that method makes."""
+    sink = EventSink()
+    hook_points(sink, ErrorCounter(), StateLog(), HOOKS)
+    assert sink.node_map_hooked
+    for row in MARKS:
+        sink = EventSink()
+        hook_points(sink, ErrorCounter(), StateLog(), tuple(h for h in HOOKS if h != row))
+        assert not sink.node_map_hooked, row.target
+    assert not any(h in HOOKS_0523 for h in MARKS)
 
 
 def _flat_req(**fields: Any) -> SimpleNamespace:
