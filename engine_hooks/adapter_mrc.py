@@ -6,7 +6,7 @@ Chosen by feature detection (`supports`): a `root_node` and the two LRU lists
 a split parent), `full_lock_ref` / `mamba_lock_ref`, `last_access_time`, `hit_count`, and the
 links of both LRU lists (`prev`/`next`, `mamba_prev`/`mamba_next`; `LRUList.cache` is id ->
 node). Ids come from a class counter (only grow). Unlike 0.5.23's core there is no node
-arena: with mrc_marks' hooks bound, `arena()` is the node map they keep (walked once, and again
+arena: with mrc_marks' hooks bound (and the class itself, not HiMambaRadixCache), `arena()` is the node map they keep (walked once, and again
 after a `reset()`) and Capture reads only the nodes they mark, as on 0.5.23; without them it
 walks the tree, and Capture re-reads every node at each capture (O(tree)). A record is
 `evictable` when sglang's eviction could take it now (an unlocked leaf; MRC keeps no leaf set).
@@ -55,8 +55,11 @@ class MrcTreeView:
 
     def __init__(self, cache: Any, sink: EventSink | None = None) -> None:
         self.cache = cache
-        self.sink = sink if sink is not None and sink.node_map_hooked else None
-        """The sink whose node map and marks mrc_marks' hooks keep (None: they are not bound)."""
+        # The class itself only: a subclass (HiMambaRadixCache's host tier) moves and deletes
+        # nodes in methods of its own, which the marks do not hook.
+        marked = sink is not None and sink.node_map_hooked and type(cache).__name__ == "MambaRadixCache"
+        self.sink = sink if marked else None
+        """The sink whose node map and marks mrc_marks' hooks keep (None: walked captures)."""
         self.walked = self.sink is None
         self._arena: dict[int, Any] = {}
         self._derived = DerivedMemo(_values, _tokens)

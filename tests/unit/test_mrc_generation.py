@@ -365,3 +365,23 @@ def test_the_self_check_compares_a_marked_capture_with_the_real_tree_walked() ->
         assert capture.step(Step(6)) is not None
         check.after_step(capture, scheduler, Step(6))
         assert check.failures == 1 and "nodes differ from a full read" in check.first_failure, check.first_failure
+
+
+def test_a_subclass_of_the_cache_is_walked_its_own_methods_are_not_marked() -> None:
+    """HiMambaRadixCache deletes and moves nodes in methods of its own (its host tier)."""
+    from sglang.srt.mem_cache.mamba_radix_cache import MambaRadixCache
+
+    from cpu_cache import install_hooks
+
+    cache = _real_cache()
+    cache.__class__ = type("HiMambaRadixCache", (MambaRadixCache,), {})
+    sink = EventSink()
+    restore = install_hooks(hook_points(sink, ErrorCounter(), StateLog(), select().hooks))
+    try:
+        capture = Capture(mrc_cache.scheduler_of(cache), sink, MAMBA_RADIX_CACHE)
+        assert sink.node_map_hooked and capture._view.walked
+        published = capture.full_state(Step(0))
+        mrc_cache.insert(cache, [1, 2, 3], 11)
+        assert _equals_a_full_walk(published, capture, 1) and sink.node_map is None
+    finally:
+        restore()
