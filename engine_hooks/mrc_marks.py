@@ -41,10 +41,11 @@ class MrcMarks:
             nodes[new.id] = new
 
     def unlinking(self, lru: Any, /, *args: Any, **kwargs: Any) -> None:
-        """Before `LRUList._remove_node(node)`: its newer neighbour's older link moves past it."""
+        """Before `LRUList._remove_node(node)`: on the mamba list, its newer neighbour's older
+        link (`mamba_lru_older`) moves past it; the full list's links are not recorded."""
         node = _arg(args, kwargs, 0, "node")
         self.sink.mark(node.id)
-        newer = getattr(node, lru.prv)
+        newer = node.mamba_prev if lru.mamba else None
         if newer is not None:
             self.sink.mark(newer.id)
 
