@@ -249,7 +249,7 @@ def test_every_step_of_a_real_mamba_radix_cache_tree_of_many_nodes_is_captured()
 
 
 @contextmanager
-def _marked_capture(scheduler: Any) -> Iterator[Capture]:
+def _hooked_capture(scheduler: Any) -> Iterator[Capture]:
     """A Capture of the real cache with the release's whole hook table bound (its dirty-mark
     rows too), as the plugin binds it; the original methods restored after."""
     from cpu_cache import install_hooks
@@ -258,18 +258,29 @@ def _marked_capture(scheduler: Any) -> Iterator[Capture]:
     restore = install_hooks(hook_points(sink, ErrorCounter(), StateLog(), select().hooks))
     try:
         assert sink.node_map_hooked
-        capture = Capture(scheduler, sink, MAMBA_RADIX_CACHE, budget_s=CATCH_UP_BUDGET_S)
-        assert not capture._view.walked
-        yield capture
+        yield Capture(scheduler, sink, MAMBA_RADIX_CACHE, budget_s=CATCH_UP_BUDGET_S)
     finally:
         restore()
+
+
+@contextmanager
+def _marked_capture(scheduler: Any) -> Iterator[Capture]:
+    """`_hooked_capture` of the class itself: its view reads the marks."""
+    with _hooked_capture(scheduler) as capture:
+        assert not capture._view.walked
+        yield capture
+
+
+def _full_walk(scheduler: Any, step: int) -> Any:
+    """What a Capture with no hooks reads: the whole tree, walked."""
+    return Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(step))
 
 
 def _equals_a_full_walk(published: Any, capture: Capture, step: int) -> bool:
     parts = capture.step(Step(step))
     assert parts is not None
     apply_delta(published, parts.to_delta(seq=Seq(step), step=Step(step), events=[], counters=Counters()))
-    return published == Capture(capture.scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(step))
+    return published == _full_walk(capture.scheduler, step)
 
 
 def test_a_leaf_evicted_under_a_node_with_a_state_leaves_that_node_an_evictable_leaf() -> None:
@@ -329,7 +340,7 @@ def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed()
                 break
         for n in range(1, 45):
             apply_delta(published, parts.to_delta(seq=Seq(step), step=Step(step), events=[], counters=Counters()))
-            assert published == Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(step)), f"step {step}"
+            assert published == _full_walk(scheduler, step), f"step {step}"
             nodes = len(walked_arena(cache.root_node))
             churn(n)
             read.clear()
@@ -369,17 +380,10 @@ def test_the_self_check_compares_a_marked_capture_with_the_real_tree_walked() ->
 
 def test_a_subclass_of_the_cache_is_walked_its_own_methods_are_not_marked() -> None:
     """HiMambaRadixCache deletes and moves nodes in methods of its own (its host tier)."""
-    from cpu_cache import install_hooks
-
     cache = _real_cache()  # skips where sglang has no MambaRadixCache
     cache.__class__ = type("HiMambaRadixCache", (type(cache),), {})
-    sink = EventSink()
-    restore = install_hooks(hook_points(sink, ErrorCounter(), StateLog(), select().hooks))
-    try:
-        capture = Capture(mrc_cache.scheduler_of(cache), sink, MAMBA_RADIX_CACHE)
-        assert sink.node_map_hooked and capture._view.walked
+    with _hooked_capture(mrc_cache.scheduler_of(cache)) as capture:
+        assert capture._view.walked
         published = capture.full_state(Step(0))
         mrc_cache.insert(cache, [1, 2, 3], 11)
-        assert _equals_a_full_walk(published, capture, 1) and sink.node_map is None
-    finally:
-        restore()
+        assert _equals_a_full_walk(published, capture, 1) and capture.sink.node_map is None
