@@ -7,9 +7,11 @@ UnifiedTreeCore's arena: adapter_0523). Its UnifiedTreeNode is 0.5.17's Python-c
 `last_access_time`, `hit_count`; ids from a class counter, so they only grow), and the cache
 holds what 0.5.17's core holds (`root_node`, `lru_lists[ct].cache`, `evictable_device_leaves`),
 so adapter_0523's PythonTreeView reads its records as they are. What differs: there is no node
-arena, so `arena()` walks the tree (a new dict each call: Capture re-reads every node at each
-capture, the hooks leaving no dirty marks), and an evicted leaf keeps its parent link, so a node
-counts as present only while its parent still lists it.
+arena. With marks_0516's hooks bound (and a cache with no host tier and no components but FULL
+and MAMBA), `arena()` is the node map they keep (walked once, and again after a `reset()`) and
+Capture reads only the nodes they mark, as on 0.5.23; without them it walks the tree (a new dict
+each call: Capture re-reads every node at each capture, O(tree)), and as an evicted leaf keeps
+its parent link, a node counts as present only while its parent still lists it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 from mcinspect.schema import NodeId, NodeRecord
 
 from .adapter_0523 import PythonTreeView
-from .components import MAMBA
+from .components import FULL, MAMBA
+from .event_sink import EventSink
 from .tree_walk import walked_arena, walked_depths
 
 
@@ -33,24 +36,40 @@ def refusal(tree_cache: Any) -> str:
     return f"{type(tree_cache).__name__} is not a UnifiedRadixCache keeping its own nodes with a MAMBA component"
 
 
-def tree_view(tree_cache: Any, sink: Any = None) -> WalkedTreeView:
-    """`sink` is not read: 0.5.16 has no dirty-mark hooks (every capture walks the tree)."""
-    return WalkedTreeView(tree_cache)
+def tree_view(tree_cache: Any, sink: EventSink | None = None) -> CacheTreeView:
+    return CacheTreeView(tree_cache, sink)
 
 
-class WalkedTreeView(PythonTreeView):
+class CacheTreeView(PythonTreeView):
     """Every node of a UnifiedRadixCache without a tree core (generations.FullTreeView); `core`
     is the cache itself."""
 
-    walked = True
-
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Any, sink: EventSink | None = None) -> None:
         super().__init__(cache)
+        # Only what the marks follow: the host tier and SWA create and change nodes in methods
+        # of their own (`_insert_helper_host`, the SWA component's split and values).
+        marked = (
+            sink is not None
+            and sink.node_map_hooked
+            and getattr(cache, "cache_controller", None) is None
+            and set(cache.components) == {FULL, MAMBA}
+        )
+        self.sink = sink if marked else None
+        """The sink whose node map and marks marks_0516's hooks keep (None: walked captures)."""
+        self.walked = self.sink is None
         self._arena: dict[int, Any] = {}
 
     def arena(self) -> dict[int, Any]:
-        """NodeId -> node, ids ascending (the newest last), walked afresh: a new dict each call."""
-        self._arena = walked_arena(self.core.root_node)
+        """NodeId -> node, ids ascending (the newest last). Walked afresh, a new dict, when no
+        hooks keep the node map, or when it is to be walked (first, and after a `reset()`);
+        else the map they keep, the same dict."""
+        sink = self.sink
+        if sink is None:
+            self._arena = walked_arena(self.core.root_node)
+            return self._arena
+        if sink.node_map is None:
+            sink.node_map = walked_arena(self.core.root_node)
+        self._arena = sink.node_map
         return self._arena
 
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]:
@@ -59,6 +78,9 @@ class WalkedTreeView(PythonTreeView):
 
     def node(self, node_id: int) -> Any:
         """The node with this id while its parents still list it up to the root."""
+        if self.sink is not None:  # the hooks drop a node from the map as it leaves the tree
+            nodes = self.sink.node_map
+            return (self.arena() if nodes is None else nodes).get(node_id)
         node = self._arena.get(node_id)
         if node is None:
             node = self.arena().get(node_id)

@@ -36,8 +36,10 @@ from .event_sink import DeferredSlot, DeferredSlots, EventSink
 from .events_0516 import Radix0516Hooks
 from .events_mrc import MrcHooks
 from .guard import ErrorCounter
+from .hooks_0516 import MARKS as MARKS_0516
 from .hooks_0523 import Hook
 from .hooks_mrc import MARKS
+from .marks_0516 import Marks0516
 from .mrc_marks import MrcMarks
 from .req_kv import decode_track_entries, decode_track_mask, kv_of, node_id_of
 from .state_log import StateLog
@@ -285,8 +287,10 @@ def hook_points(
         "mrc": MrcHooks(sink, log),
         "radix0516": Radix0516Hooks(sink, log),
         "marks": MrcMarks(sink),
+        "marks0516": Marks0516(sink),
     }
-    sink.node_map_hooked = all(row in hooks for row in MARKS)  # partial marks would leave records stale
+    # Partial marks would leave records stale.
+    sink.node_map_hooked = any(all(row in hooks for row in marks) for marks in (MARKS, MARKS_0516))
 
     def body(name: str, suffix: str = "") -> Callable[..., Any]:
         """Row body "owner.method" (an around row's pair: method_begin / method_end)."""

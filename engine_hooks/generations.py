@@ -11,7 +11,7 @@ has it. No generation fits: `Unsupported`, one line for the engine's log and `mc
 | generation | releases tested | tree | read by |
 |---|---|---|---|
 | unified-tree-core | 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23 | UnifiedRadixCache + UnifiedTreeCore (Python core; the Rust core from 0.5.22) | adapter_0523, pools_0523, hooks_0523 |
-| unified-tree-0516 | 0.5.16 | UnifiedRadixCache keeping its own UnifiedTreeNodes (no tree core; the components in `unified_cache_components`) | adapter_0516, pools_0523, hooks_0516 |
+| unified-tree-0516 | 0.5.16 | UnifiedRadixCache keeping its own UnifiedTreeNodes (no tree core; the components in `unified_cache_components`; no arena: the dirty-mark hooks keep its nodes by id) | adapter_0516, pools_0523, hooks_0516, marks_0516 |
 | mamba-radix-cache | 0.5.10, 0.5.11, 0.5.12, 0.5.13, 0.5.14, 0.5.15 | MambaRadixCache (TreeNodes with their own values, locks and LRU links; no arena: the dirty-mark hooks keep its nodes by id) | adapter_mrc, pools_0523, hooks_mrc, mrc_marks |
 
 0.5.21 differs by fallback rows (inc_lock_ref / dec_lock_ref for lock / unlock, cache_unfinished_req
@@ -35,8 +35,8 @@ entry returned) and a chunk checkpoint inserts a fork, not the donated slot (all
 present: events_mrc, req_kv, events.prefill_track). 0.5.11 reads as 0.5.12 (the same four rows
 skipped), and 0.5.10 as 0.5.11 but its idle loop calls `self_check_during_idle` (a fallback
 row); 0.5.10 has no HookRegistry: registry.py stands in for it at import. 0.5.16 keeps the nodes on the cache: its node is 0.5.17's Python-core node, so
-adapter_0523's records read it, over a walked tree (no arena, no dirty marks: O(tree) per
-capture); its cache methods take nodes, not ids (lock and finish bodies as MambaRadixCache's),
+adapter_0523's records read it; with no arena, its dirty-mark hooks keep its nodes by id
+(marks_0516; without them a walked tree, O(tree) per capture); its cache methods take nodes, not ids (lock and finish bodies as MambaRadixCache's),
 and its InsertResult names no node (the commit hook does); its requests keep their own fields
 as on 0.5.17. It still ships MambaRadixCache's methods (so it is tried before
 mamba-radix-cache), and 0.5.15 already ships its UnifiedRadixCache while building a
@@ -77,7 +77,7 @@ class FullTreeView(_TreeViewBase, Protocol):
 
     walked: bool
     """`arena()` walks the tree into a new dict each call (no arena, no dirty marks): every
-    capture reads every node (0.5.16; MambaRadixCache without its dirty-mark hooks)."""
+    capture reads every node (0.5.16 and MambaRadixCache without their dirty-mark hooks)."""
 
     def arena(self) -> dict[int, Any]: ...
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]: ...

@@ -3,10 +3,13 @@ rows in hooks_0523's form. The cache's own rows are 0.5.16's (bodies "radix0516.
 events_0516.py); the pool, batch, copy-on-write, T2-origin and write rows are 0.5.23's,
 whose targets 0.5.16 has with the same arguments.
 
-Not hooked, and what that costs: node-level dirty marks (0.5.16 has no node arena and no
-method that names a changed node: every capture re-reads the whole tree, O(tree), as on the
-MambaRadixCache releases); `track_mamba_states_all_layers` (not in 0.5.16: Mamba2 decode track
-writes go unseen, the `write-*` checks of decode rows for those models).
+The node-level dirty marks (`MARKS`) hook the methods 0.5.17 moved into its tree core, with
+0.5.23's "tree.*" bodies, and the cache's node creations and deletions ("marks0516.*",
+marks_0516.py): 0.5.16 keeps no node arena, so they also keep its nodes by id. Without every one
+of them each capture walks and re-reads the whole tree, O(tree).
+
+Not hooked, and what that costs: `track_mamba_states_all_layers` (not in 0.5.16: Mamba2 decode
+track writes go unseen, the `write-*` checks of decode rows for those models).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from .hooks_0523 import CACHE, Hook
 from .hooks_0523 import HOOKS as HOOKS_0523
 
 MAMBA_COMPONENT = "mem_cache.unified_cache_components.mamba_component.MambaComponent"
+FULL_COMPONENT = "mem_cache.unified_cache_components.full_component.FullComponent"
 
 _EVICTIONS = "eviction counts in stats; the EvictEvent's nodes, slots and tokens"
 _SHARED = {
@@ -24,6 +28,21 @@ _SHARED = {
     "write.extend_tracked", "write.decode_copied",
 }  # fmt: skip
 """Bodies of 0.5.23's rows that read 0.5.16 as they read 0.5.23 (requests through req_kv)."""
+
+_MARKS = "node-level dirty marks (all of MARKS or none): each capture walks and re-reads the whole tree, O(tree)"
+
+MARKS: tuple[Hook, ...] = (
+    Hook(f"{CACHE}._add_new_node", "after", "marks0516.created", "every", "an insert's new leaf: kept by id (0.5.16 keeps no node arena)", _MARKS),
+    Hook(f"{CACHE}._split_node", "after", "marks0516.created", "every", "a split's new parent: kept by id", _MARKS),
+    Hook(f"{CACHE}._remove_leaf_from_parent", "before", "marks0516.leaving", "every", "dirty marks: a leaf leaves the tree (and the node map)", _MARKS),
+    Hook(f"{CACHE}._update_evictable_leaf_sets", "after", "tree.node_changed", "every", "dirty marks: a node changed (new leaves and their parents, splits, lock moves, cascades end here)", _MARKS),
+    Hook(f"{CACHE}._touch_node", "after", "tree.node_changed", "every", "dirty marks: the insert walk stamped last access (and hit count)", _MARKS),
+    Hook(f"{CACHE}._match_post_processor", "after", "marks0516.matched", "every", "dirty marks: a match stamped last access along a path", _MARKS),
+    Hook(f"{FULL_COMPONENT}.acquire_component_lock", "after", "tree.path_lock", "every", "dirty marks: FULL lock refs along a path", _MARKS),
+    Hook(f"{FULL_COMPONENT}.release_component_lock", "after", "tree.path_lock", "every", "dirty marks: FULL lock refs along a path", _MARKS),
+    Hook(f"{CACHE}.reset", "after", "marks.reset", "every", "a new root: the node map walked afresh, every node re-read", _MARKS),
+)  # fmt: skip
+"""The dirty-mark rows: a release whose cache lacks one of them gets none (walked captures)."""
 
 HOOKS: tuple[Hook, ...] = (
     *(h for h in HOOKS_0523 if h.kind == "scheduler"),
@@ -39,6 +58,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{CACHE}.evict", "around", "cache.evict", "around", "one EvictEvent per outermost eviction: nodes, slots, tokens", "EvictEvents"),
     Hook(f"{MAMBA_COMPONENT}.cleanup_after_caching_req", "before", "radix0516.state_inserting", "state", "T2: a state entered the tree: its slot, node and prefix tokens (the insert's key)", "T2 of cached states"),
     *(h for h in HOOKS_0523 if h.body in _SHARED),
+    *MARKS,
 )  # fmt: skip
 
 REQUIRED: tuple[str, ...] = tuple(

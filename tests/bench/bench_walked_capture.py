@@ -1,12 +1,13 @@
-"""Every-step captures of sglang's real MambaRadixCache (0.5.10-0.5.15: no node arena) with the
-release's whole hook table bound as the plugin binds it, its tree grown unwatched and then
-changed between steps through its own insert, match and evict. Per tree size: the catch-up
-after the unwatched growth (steps until it published, its worst step), then every-step
-captures (steps published, median and worst step), each published state checked against a
-full walk. Without mrc_marks' dirty-mark rows (`--before-site` of a main before them) every
-capture walks and re-reads the whole tree in its step.
+"""Every-step captures of the real caches that keep no node arena (sglang 0.5.10-0.5.15's
+MambaRadixCache, 0.5.16's UnifiedRadixCache) with the release's whole hook table bound as the
+plugin binds it, the tree grown unwatched and then changed between steps through the cache's
+own insert, match and evict. Per tree size: the catch-up after the unwatched growth (steps
+until it published, its worst step), then every-step captures (steps published, median and
+worst step), each published state checked against a full walk. Without the dirty-mark rows
+(`--before-site` of a main before them: mrc_marks, marks_0516) every capture walks and re-reads
+the whole tree in its step.
 
-Runs in a MambaRadixCache release venv (`bash scripts/setup-release-venv.sh 0.5.15`):
+Runs in the release venv (`bash scripts/setup-release-venv.sh 0.5.15`, or 0.5.16):
 `.venv-sglang-0.5.15/bin/python tests/bench/bench_walked_capture.py [--steps 30] [--before-site DIR] 1000 10000 100000`
 (`--before-site DIR`: each size also with the packages installed in DIR first on the path, e.g.
 `pip install --no-deps --target DIR` of the main branch; before / after in one run).
@@ -30,6 +31,8 @@ def measure(inserts: int, steps: int) -> dict[str, float | int | bool]:
     from mcinspect_engine_hooks.cpu_engine import patches
 
     patches.install()
+    import unified_0516_cache
+
     from mcinspect.schema import Counters, Seq, Step, apply_delta
     from mcinspect_engine_hooks.capture import Capture
     from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S
@@ -41,18 +44,27 @@ def measure(inserts: int, steps: int) -> dict[str, float | int | bool]:
     import mrc_cache
     from cpu_cache import install_hooks
 
-    tree = mrc_cache.GrowingTree(mrc_cache.build_cache(mamba_slots=inserts + 4 * steps + 100))  # a slot an insert
-    scheduler = mrc_cache.scheduler_of(tree.cache)
+    selection = select()
+    generation = selection.generation
+    slots = inserts + 4 * steps + 100  # a slot an insert
+    if generation is MAMBA_RADIX_CACHE:
+        tree, scheduler_of = mrc_cache.GrowingTree(mrc_cache.build_cache(mamba_slots=slots)), mrc_cache.scheduler_of
+    else:  # 0.5.16: its real pools (a few KV tokens an insert)
+        cache = unified_0516_cache.build_cache(mamba_slots=slots, kv_tokens=8 * slots)
+        tree, scheduler_of = unified_0516_cache.GrowingTree(cache), unified_0516_cache.scheduler_of
+    scheduler = scheduler_of(tree.cache)
     sink = EventSink()
-    install_hooks(hook_points(sink, ErrorCounter(), StateLog(), select().hooks))
-    capture = Capture(scheduler, sink, MAMBA_RADIX_CACHE, budget_s=CATCH_UP_BUDGET_S)
+    install_hooks(hook_points(sink, ErrorCounter(), StateLog(), selection.hooks))
+    capture = Capture(scheduler, sink, generation, budget_s=CATCH_UP_BUDGET_S)
     published = capture.full_state(Step(0))
     for _ in range(inserts):
         tree.insert()
     nodes = len(capture._view.arena())
 
     def full_read(step: int) -> object:
-        return Capture(scheduler, EventSink(), MAMBA_RADIX_CACHE).full_state(Step(step))  # no hooks: a walk
+        bare = EventSink()  # no hooks: a walk (with the tombstones the hooks saw made: sglang keeps none)
+        bare.tombstones = set(sink.tombstones)
+        return Capture(scheduler, bare, generation).full_state(Step(step))
 
     n, catch_up, parts = 0, [], None
     while parts is None:  # the growth nobody watched: one delta, maybe spread over steps

@@ -5,7 +5,8 @@ unsupported one (0.5.9, whose own CPU path asserts AMX) says why in its engine's
 the engine alone.
 
 CI runs 0.5.22's own mixed-chunk bug caught and 0.5.15's demo read clean (one release of each
-older generation: CI's time budget), and the unit tests of 0.5.15's real MambaRadixCache class;
+older generation: CI's time budget), and the unit tests of 0.5.15's real MambaRadixCache class
+and of 0.5.16's real UnifiedRadixCache;
 MCINSPECT_RELEASE_MATRIX=1
 adds its clean demo, 0.5.21, 0.5.20, 0.5.19, 0.5.18, 0.5.17 and 0.5.16 (the same two), the whole fault library per release
 (less the faults a release has for real), 0.5.19's, 0.5.18's, 0.5.17's, 0.5.16's and 0.5.15's own #37836 caught, 0.5.10-0.5.14, and the unsupported release (tests/unit/test_unsupported_release.py covers its inspector port in CI).
@@ -282,12 +283,14 @@ def test_a_mamba_radix_cache_release_reads_clean(mrc_release: str, tmp_path: Pat
         assert found == []
 
 
-def test_the_real_mamba_radix_cache_unit_tests_pass_on_its_release() -> None:
-    """tests/unit/test_mrc_generation.py's tests of sglang's real MambaRadixCache class skip in
-    .venv (0.5.23 has none): here they run in the venv of 0.5.15, the MambaRadixCache release
-    CI reads (every-step captures of a tree of many nodes, the mamba LRU check), none skipped."""
-    python = venv_of(MRC_IN_CI) / "bin" / "python"
-    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_mrc_generation.py"]
+@pytest.mark.parametrize("release, tests", [(MRC_IN_CI, "test_mrc_generation.py"), ("0.5.16", "test_0516_generation.py")])
+def test_the_real_cache_class_unit_tests_pass_on_their_release(release: str, tests: str) -> None:
+    """The unit tests of sglang's real cache classes that .venv's 0.5.23 lacks skip there: here
+    they run in the venv of a release that has them, none skipped. 0.5.15's MambaRadixCache
+    (every-step captures of a tree of many nodes, its dirty marks, the mamba LRU check) and
+    0.5.16's UnifiedRadixCache, which keeps its nodes itself (its hooks, its dirty marks)."""
+    python = venv_of(release) / "bin" / "python"
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/unit/{tests}"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "skipped" not in done.stdout, done.stdout[-3000:]

@@ -1,7 +1,8 @@
 """The unified-tree-0516 generation (sglang 0.5.16's UnifiedRadixCache, which keeps its nodes
 itself): its table binds to bodies, feature detection tells it from 0.5.15 (the same cache
-class, a MambaRadixCache built), and, in a release venv of 0.5.16, its hooks and tree view on
-sglang's real cache classes (`.venv-sglang-0.5.16/bin/python -m pytest tests/unit/test_0516_generation.py`)."""
+class, a MambaRadixCache built), and, in a release venv of 0.5.16, its hooks, tree view and
+dirty marks on sglang's real cache classes (`.venv-sglang-0.5.16/bin/python -m pytest
+tests/unit/test_0516_generation.py`, which CI runs through tests/integration/test_releases.py)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()
 
-from array import array  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
+import unified_0516_cache  # noqa: E402
 
-from mcinspect.schema import EvictEvent, InsertEvent, NodeId, Step  # noqa: E402
+from mcinspect.schema import Counters, EvictEvent, InsertEvent, NodeId, Seq, Step, apply_delta  # noqa: E402
 from mcinspect_engine_hooks import generations  # noqa: E402
+from mcinspect_engine_hooks.capture import Capture  # noqa: E402
+from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S, IMMEDIATE_NODES  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import (  # noqa: E402
     GENERATIONS,
@@ -30,8 +33,9 @@ from mcinspect_engine_hooks.generations import (  # noqa: E402
     select,
 )
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
-from mcinspect_engine_hooks.hooks_0516 import HOOKS  # noqa: E402
+from mcinspect_engine_hooks.hooks_0516 import HOOKS, MARKS  # noqa: E402
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
+from mcinspect_engine_hooks.tree_walk import walked_arena  # noqa: E402
 
 from cpu_cache import install_hooks  # noqa: E402
 
@@ -82,66 +86,15 @@ def test_only_the_all_layers_track_copy_is_missing(release_0516: None) -> None:
     assert [h.target for h in selection.skipped] == NOT_IN_0516, selection.skipped_line()
 
 
-def _cache() -> Any:
-    """sglang 0.5.16's UnifiedRadixCache (FULL + MAMBA, no_buffer, page 1) over CPU pools."""
-    from sglang.kernels.ops.attention.fla.chunk_delta_h import CHUNK_SIZE
-    from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
-    from sglang.srt.environ import envs
-    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
-    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-    from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, HybridReqToTokenPool
-    from sglang.srt.mem_cache.unified_cache_components import ComponentType
-    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
-    server_args = ServerArgs(model_path="dummy", page_size=1)
-    server_args._mamba_cache_chunk_size = CHUNK_SIZE  # no HF config to read
-    set_global_server_args_for_scheduler(server_args)
-    with envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
-        shape = Mamba2StateShape.create(
-            tp_world_size=1, intermediate_size=16, n_groups=1, num_heads=1, head_dim=4, state_size=4, conv_kernel=4
-        )
-    pool = HybridReqToTokenPool(
-        size=4, mamba_size=8, mamba_spec_state_size=4, max_context_len=64, device="cpu", enable_memory_saver=False,
-        cache_params=Mamba2CacheParams(shape=shape, layers=[0]), mamba_layer_ids=[0], enable_mamba_extra_buffer=False,
-    )  # fmt: skip
-    kv_pool = HybridLinearKVPool(
-        size=256, dtype=torch.bfloat16, page_size=1, head_num=1, head_dim=8, full_attention_layer_ids=[1],
-        device="cpu", enable_memory_saver=False, mamba_pool=pool.mamba_pool,
-    )  # fmt: skip
-    allocator = TokenToKVPoolAllocator(256, torch.bfloat16, "cpu", kv_pool, need_sort=False)
-    params = CacheInitParams(
-        req_to_token_pool=pool, token_to_kv_pool_allocator=allocator, page_size=1, disable=False,
-        tree_components=(ComponentType.FULL, ComponentType.MAMBA), enable_mamba_extra_buffer=False,
-    )  # fmt: skip
-    return UnifiedRadixCache(params=params)
-
-
 @pytest.fixture
 def hooked(release_0516: None) -> Iterator[tuple[Any, EventSink, StateLog, ErrorCounter]]:
     """0.5.16's cache with the generation's hooks applied through sglang's HookRegistry."""
     sink, log, errors = EventSink(), StateLog(), ErrorCounter()
     restore = install_hooks(hook_points(sink, errors, log, resolve(UNIFIED_TREE_0516).hooks))
     try:
-        yield _cache(), sink, log, errors
+        yield unified_0516_cache.build_cache(), sink, log, errors
     finally:
         restore()
-
-
-def _cache_state(cache: Any, rid: str, tokens: list[int]) -> int:
-    """A chunk checkpoint's insert and cleanup as cache_unfinished_req runs them: the state of a
-    fresh mamba slot cached under `tokens`; returns the slot."""
-    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
-    from sglang.srt.mem_cache.unified_cache_components import ComponentType
-
-    slot = cache.req_to_token_pool.mamba_allocator.alloc(1)
-    kv = cache.token_to_kv_pool_allocator.alloc(len(tokens))
-    params = InsertParams(key=RadixKey(array("q", tokens), None), value=kv, mamba_value=slot)
-    result = cache.insert(params)
-    req = SimpleNamespace(rid=rid, mamba_last_track_seqlen=len(tokens))
-    cache.components[ComponentType.MAMBA].cleanup_after_caching_req(req, False, insert_result=result, insert_params=params)
-    return int(slot)
 
 
 def test_the_view_reads_the_real_cache_and_the_hooks_see_its_inserts_and_evictions(hooked: Any) -> None:
@@ -151,9 +104,9 @@ def test_the_view_reads_the_real_cache_and_the_hooks_see_its_inserts_and_evictio
 
     cache, sink, log, errors = hooked
     assert refusal(cache) == ""
-    a = _cache_state(cache, "a", [1, 2, 3, 4, 5, 6, 7, 8])
-    b = _cache_state(cache, "b", [1, 2, 3, 4, 9, 9])  # splits a's node at 4: the parent holds no state
-    c = _cache_state(cache, "c", [1, 2, 3, 4, 5, 6, 7, 8, 10, 11])  # a child of a's node
+    a = unified_0516_cache.cache_state(cache, "a", [1, 2, 3, 4, 5, 6, 7, 8])
+    b = unified_0516_cache.cache_state(cache, "b", [1, 2, 3, 4, 9, 9])  # splits a's node at 4: the parent holds no state
+    c = unified_0516_cache.cache_state(cache, "c", [1, 2, 3, 4, 5, 6, 7, 8, 10, 11])  # a child of a's node
     view = tree_view(cache)
     records = view.all_records(sink.tombstones)
     by_slot = {r.mamba_slot: r for r in records.values() if r.mamba_slot >= 0}
@@ -184,3 +137,116 @@ def test_the_view_reads_the_real_cache_and_the_hooks_see_its_inserts_and_evictio
     assert view.slot_of(node_b.id) is None and view.path_tokens(node_c.id) is None
     assert view.path_tokens(node_a.id) == [1, 2, 3, 4, 5, 6, 7, 8] and sink.evicted_slots == 3
     assert errors.total == 0, errors.by_hook
+
+
+def test_the_dirty_marks_are_on_only_with_every_one_of_their_rows() -> None:
+    """A release missing one of MARKS' targets (its row skipped) gets walked captures, not
+    marks that miss the changes that method makes."""
+    sink = EventSink()
+    hook_points(sink, ErrorCounter(), StateLog(), HOOKS)
+    assert sink.node_map_hooked
+    for row in MARKS:
+        sink = EventSink()
+        hook_points(sink, ErrorCounter(), StateLog(), tuple(h for h in HOOKS if h != row))
+        assert not sink.node_map_hooked, row.target
+
+
+@contextmanager
+def _marked_capture(cache: Any) -> Iterator[Capture]:
+    """A Capture of the real cache with the release's whole hook table bound through sglang's
+    HookRegistry, as the plugin binds it; its view reads the marks."""
+    sink = EventSink()
+    restore = install_hooks(hook_points(sink, ErrorCounter(), StateLog(), resolve(UNIFIED_TREE_0516).hooks))
+    try:
+        capture = Capture(unified_0516_cache.scheduler_of(cache), sink, UNIFIED_TREE_0516, budget_s=CATCH_UP_BUDGET_S)
+        assert sink.node_map_hooked and not capture._view.walked
+        yield capture
+    finally:
+        restore()
+
+
+def _full_walk(cache: Any, step: int, hooked: EventSink) -> Any:
+    """What a Capture with no hooks reads: the whole tree, walked (with the tombstones the
+    hooks saw made: sglang keeps no such mark)."""
+    sink = EventSink()
+    sink.tombstones = set(hooked.tombstones)
+    capture = Capture(unified_0516_cache.scheduler_of(cache), sink, UNIFIED_TREE_0516)
+    assert capture._view.walked
+    return capture.full_state(Step(step))
+
+
+def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed(release_0516: None) -> None:
+    """marks_0516's and the tree rows bound to 0.5.16's real cache (with the rest of its table):
+    a tree grown unwatched is caught up over steps, then each step's delta leads to what a full
+    walk reads, through inserts, splits, states on inner nodes, hits, lock moves (a path locked
+    twice, without a match of it in that step), mamba and full evictions (tombstones, deleted leaves and tombstone chains) and a `reset()`, while a step
+    reads a few dozen of its 500+ nodes."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    tree = unified_0516_cache.GrowingTree(unified_0516_cache.build_cache(mamba_slots=2048, kv_tokens=1 << 14))
+    cache = tree.cache
+    with _marked_capture(cache) as capture:
+        read: list[int] = []
+        records = capture._view.records
+        capture._view.records = lambda items, *a, **k: read.append(len(items)) or records(items, *a, **k)
+        published = capture.full_state(Step(0))
+        for _ in range(2 * IMMEDIATE_NODES):
+            tree.insert()
+        locked: list[Any] = []
+        tombstones = 0
+
+        def churn(n: int) -> None:
+            tree.change(n)
+            if n % 3 == 0:
+                node = tree.match(n).last_device_node
+                cache.inc_lock_ref(node)
+                locked.append(node)
+            if n % 3 == 1 and locked:  # a second lock on a path no match of this step stamped
+                cache.inc_lock_ref(locked[-1])
+                locked.append(locked[-1])
+            if n % 4 == 0 and locked:  # a path's lock refs 2 -> 1 or 1 -> 0
+                cache.dec_lock_ref(locked.pop(0))
+            if n % 5 == 0:
+                cache.evict(EvictParams(num_tokens=12, mamba_num=0))  # leaves, then the chains they leave childless
+            if n == 30:
+                cache.reset()
+                locked.clear()
+
+        step = 0
+        while True:  # the unwatched growth: a catch-up spread over steps
+            step += 1
+            parts = capture.step(Step(step))
+            if parts is not None:
+                break
+        for n in range(1, 45):
+            apply_delta(published, parts.to_delta(seq=Seq(step), step=Step(step), events=[], counters=Counters()))
+            assert published == _full_walk(cache, step, capture.sink), f"step {step}"
+            tombstones += sum(r.tombstone for r in published.nodes.values())
+            nodes = len(walked_arena(cache.root_node))
+            churn(n)
+            read.clear()
+            step += 1
+            parts = capture.step(Step(step))
+            if n == 30:  # a reset: its (new) tree re-read whole, as after a mark overflow (catch_up.py)
+                while parts is None:
+                    step += 1
+                    parts = capture.step(Step(step))
+                continue
+            assert parts is not None and not capture.catching_up, n
+            assert sum(read) <= 60 and (n > 30 or nodes >= 2 * IMMEDIATE_NODES), (n, sum(read), nodes)
+        assert set(capture.sink.node_map) == set(walked_arena(cache.root_node))
+        assert tombstones > 0
+
+
+def test_a_cache_with_a_host_tier_is_walked(release_0516: None) -> None:
+    """The marks follow FULL and MAMBA on the device only: HiCache's host insert creates nodes
+    in a method of its own (`_insert_helper_host`), which they do not hook."""
+    cache = unified_0516_cache.build_cache()
+    cache.cache_controller = SimpleNamespace()  # what a host tier sets
+    sink = EventSink()
+    restore = install_hooks(hook_points(sink, ErrorCounter(), StateLog(), resolve(UNIFIED_TREE_0516).hooks))
+    try:
+        assert sink.node_map_hooked
+        assert Capture(unified_0516_cache.scheduler_of(cache), sink, UNIFIED_TREE_0516)._view.walked
+    finally:
+        restore()

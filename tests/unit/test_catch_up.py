@@ -258,14 +258,14 @@ def test_a_small_tree_read_whole_is_read_at_once(hooks: tuple[EventSink, ErrorCo
 def test_a_walked_tree_of_many_nodes_is_read_whole_once_a_step(
     hooks: tuple[EventSink, ErrorCounter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On the releases whose tree is walked afresh at each capture (MambaRadixCache, 0.5.16: no
-    arena, no marks) every node is to be read at every capture, and nothing says which of
+    """On the releases whose tree is walked afresh at each capture (MambaRadixCache and 0.5.16
+    without their dirty-mark hooks: no arena, no marks) every node is to be read at every capture, and nothing says which of
     them moved since: a read spread over steps began again at every step and never published.
     Each capture reads the whole tree in its own step, from one walk, whatever the budget."""
     sink, errors = hooks
     tree = Tree()
     capture = Capture(tree.scheduler, sink, budget_s=1e-9)
-    capture._view = adapter_0516.WalkedTreeView(tree.scheduler.tree_cache.tree_core)  # 0.5.16's view, over this core
+    capture._view = adapter_0516.CacheTreeView(tree.scheduler.tree_cache.tree_core)  # 0.5.16's view without marks, over this core
     published = capture.full_state(Step(0))
     for _ in range(GROUPS * PER_GROUP):
         tree.insert()
