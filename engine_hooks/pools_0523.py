@@ -22,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from mcinspect.schema import KvState, NodeId, RequestState, Rid, SlotClaim, SlotId
 
+from .kv_free_edits import edit_runs, list_change, segments, token_ranges
 from .req_kv import kv_of
 from .request_reader import RequestReader  # noqa: F401  (a Generation's `pools.RequestReader`)
 from .tensor_runs import free_token_runs
@@ -133,13 +135,20 @@ class KvReader:
     tensor (slice or cat). A decode step binds one even when it takes no page (`free_pages[0:]`,
     every step of a paged allocator): a view of the same memory, of the same length, holds the
     same pages. So the list is unchanged while its memory and length are those last read; the
-    last one is held, so that memory cannot be another list's.
+    last one is held, so that memory cannot be another list's. When it changed, sglang's own
+    token and paged allocators' runs are edited by what changed (kv_free_edits.py), not read
+    whole: O(the change), where a whole read is O(the list's segments).
     """
 
     def __init__(self, allocator: Any) -> None:
         self.allocator = allocator
         self._seen: tuple[Any, ...] | None = None
         self._held: tuple[Any, ...] = ()
+        self._lists: tuple[np.ndarray, ...] | None = None
+        """The free lists last read, on the host (None: read them whole next)."""
+        self._state: KvState | None = None
+        self.whole_reads = 0
+        """Reads of the whole free list (the first, and each one the edits could not follow)."""
 
     def _fingerprint(self) -> tuple[Any, ...]:
         a = self.allocator
@@ -156,8 +165,66 @@ class KvReader:
         a = self.allocator
         self._seen = self._fingerprint()
         self._held = (getattr(a, "free_pages", None), getattr(a, "release_pages", None))
-        free = a.get_all_free_pages() if hasattr(a, "get_all_free_pages") else _free_and_released(a)
-        return KvState(page_size=int(a.page_size), size=int(a.size), free_runs=free_token_runs(free, int(a.page_size)))
+        lists = _free_lists(a)
+        state = self._edited(lists) if lists is not None and self._lists is not None else None
+        if state is None:
+            self.whole_reads += 1
+            free = a.get_all_free_pages() if hasattr(a, "get_all_free_pages") else _free_and_released(a)
+            state = KvState(page_size=int(a.page_size), size=int(a.size), free_runs=free_token_runs(free, int(a.page_size)))
+            if lists is not None and sum(len(part) for part in lists) != len(free):
+                lists = None  # the allocator's free set is not these lists: always read whole
+        self._lists, self._state = lists, state
+        return state
+
+    def _edited(self, lists: tuple[np.ndarray, ...]) -> KvState | None:
+        """The last state edited by what changed in each list; None when a change is not one
+        sglang's allocators make (kv_free_edits.list_change)."""
+        assert self._lists is not None and self._state is not None
+        if len(lists) != len(self._lists):
+            return None
+        removed, added = [], []
+        for old, new in zip(self._lists, lists):
+            change = list_change(old, new)
+            if change is None:
+                return None
+            removed.append(change[0])
+            added.append(change[1])
+        page_size, runs = self._state.page_size, self._state.free_runs
+        taken, given = np.concatenate(removed), np.concatenate(added)
+        ranges = segments(taken) + segments(given)
+        if ranges > WHOLE_READ_EDITS and ranges * 20 > len(runs):
+            return None  # an edit is a few us a range, a whole read a fraction of a us a run
+        edited = edit_runs(runs, token_ranges(taken, page_size), token_ranges(given, page_size))
+        return None if edited is None else KvState(page_size=page_size, size=self._state.size, free_runs=edited)
+
+
+WHOLE_READ_EDITS = 256
+"""Past this many changed ranges (runs of consecutive pages as the lists hold them), and a
+twentieth of the runs, the list is read whole (after a stretch nobody watched, the edits of
+100k ranges took 0.9 s; a whole read of 100k runs ~20 ms)."""
+
+_EDITED_ALLOCATORS = ("TokenToKVPoolAllocator", "PagedTokenToKVPoolAllocator")
+"""sglang's allocators whose free set is their free lists (`_free_lists`), each changed only by
+a slice of its front and pages put before or after it."""
+
+
+def _free_lists(allocator: Any) -> tuple[np.ndarray, ...] | None:
+    """The allocator's free lists on the host (free pages, released pages, staged pages: what it
+    has), or None where the runs are read whole (another allocator, a list not a tensor)."""
+    if type(allocator).__name__ not in _EDITED_ALLOCATORS:
+        return None
+    parts = [getattr(allocator, "free_pages", None), getattr(allocator, "release_pages", None)]
+    staged = getattr(allocator, "staged_pages", None)
+    if isinstance(staged, list):  # one list, empty or not, so that a step's lists pair with the last's
+        parts.append(torch.cat(staged) if staged else torch.zeros(0, dtype=torch.int64))
+    out = []
+    for part in parts:
+        if part is None:
+            continue
+        if not isinstance(part, torch.Tensor) or part.dim() != 1:
+            return None
+        out.append(part.to("cpu", torch.int64).numpy())  # a CPU tensor is viewed, not copied: sglang never writes one
+    return tuple(out)
 
 
 def _where(pages: Any) -> tuple[int | None, int]:

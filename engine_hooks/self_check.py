@@ -12,7 +12,7 @@ from typing import Any
 from mcinspect.schema import CacheState, Step
 
 from .capture import Capture
-from .pools_0523 import mamba_allocator
+from .pools_0523 import KvReader, mamba_allocator
 from .tree_walk import walked_arena
 
 SELF_CHECK_ENV = "MCINSPECT_SELF_CHECK"
@@ -37,6 +37,8 @@ class SelfCheck:
         incremental = capture.state
         fresh = capture.full_state(step, batch)  # same content if the deltas were right; rebaselines if not
         reasons = differences(incremental, fresh) + disagreements_with_sglang(fresh, scheduler, capture.full_detail)
+        if KvReader(scheduler.token_to_kv_pool_allocator).read() != fresh.kv:  # a new reader reads the list whole
+            reasons.append("KV free runs (edited from step to step) differ from the free list read whole")
         self.steps += 1
         if reasons:
             self.failures += 1

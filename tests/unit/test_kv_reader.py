@@ -7,11 +7,17 @@ from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()  # before the first sglang import
 
+import random  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from mcinspect.schema import from_runs  # noqa: E402
+from mcinspect_engine_hooks import pools_0523  # noqa: E402
 from mcinspect_engine_hooks.pools_0523 import KvReader  # noqa: E402
 
 from cpu_cache import build_cache  # noqa: E402
@@ -39,3 +45,118 @@ def test_a_rebound_view_of_the_same_pages_is_no_change_and_an_alloc_or_free_is()
     allocator.free(taken)
     assert reader.changed()
     assert sorted(_free_tokens(reader)) == sorted(before)
+
+
+def _allocator(page_size: int, need_sort: bool, size: int = 4096) -> Any:
+    """sglang's real token (page 1) or paged allocator, no KV pool behind it (not touched)."""
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+    if page_size == 1:
+        return TokenToKVPoolAllocator(size, torch.bfloat16, "cpu", None, need_sort)
+    return PagedTokenToKVPoolAllocator(size, page_size, torch.bfloat16, "cpu", None, need_sort)
+
+
+@pytest.mark.parametrize("page_size, need_sort", [(1, False), (1, True), (4, False), (4, True)])
+def test_the_runs_edited_by_each_steps_allocs_and_frees_equal_a_whole_read(
+    page_size: int, need_sort: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step allocs and frees through the real allocator (frees in scattered order, some in a
+    free group; with `need_sort`, allocs that run the free list short make it merge and sort
+    the freed pages): the runs the reader edits equal a fresh reader's whole read at every
+    step, and only the first read and those after a merge read the list whole."""
+    monkeypatch.setattr(pools_0523, "WHOLE_READ_EDITS", 1 << 30)  # every change edited, however large
+    allocator = _allocator(page_size, need_sort)
+    merges = 0
+    merge = allocator.merge_and_sort_free
+
+    def counted() -> None:
+        nonlocal merges
+        released = getattr(allocator, "release_pages", None)
+        merges += (released is not None and len(released) > 0) or getattr(allocator, "num_staged_pages", 0) > 0
+        merge()
+
+    allocator.merge_and_sort_free = counted
+    reader = KvReader(allocator)
+    reader.read()
+    rng = random.Random(page_size * 2 + need_sort)
+    held: list[torch.Tensor] = []
+    reads = 0
+    for step in range(300):
+        for _ in range(rng.randint(0, 3)):
+            taken = allocator.alloc(rng.randint(1, 40 if step % 50 else 400) * page_size)
+            if taken is not None:
+                held += list(taken.reshape(-1, page_size))
+        rng.shuffle(held)
+        cut = rng.randint(0, len(held) // 3)
+        freed, held = held[:cut], held[cut:]
+        if step % 4 == 0:
+            allocator.free_group_begin()
+        for pages in freed:
+            allocator.free(pages)
+        if step % 4 == 0:
+            allocator.free_group_end()
+        if reader.changed():
+            reads += 1
+            assert reader.read() == KvReader(allocator).read(), step
+    assert reads > 200 and reader.whole_reads <= 1 + merges, (reads, reader.whole_reads, merges)
+    assert merges > 0 if need_sort else reader.whole_reads == 1
+
+
+def test_a_steps_change_is_what_it_took_and_what_it_gave_back() -> None:
+    """Not the whole list taken and given back (which the edits would follow too, at the cost
+    of a whole read): the front the allocs took, the pages the frees appended."""
+    import numpy as np
+
+    from mcinspect_engine_hooks.kv_free_edits import list_change
+
+    allocator = _allocator(1, need_sort=False)
+    first = allocator.alloc(100)
+    before = allocator.free_pages.numpy()
+    taken = allocator.alloc(3)
+    allocator.free(first[10:12])
+    removed, added = list_change(before, allocator.free_pages.numpy())
+    assert removed.tolist() == taken.tolist() and added.tolist() == first[10:12].tolist()
+    assert len(np.intersect1d(removed, added)) == 0
+
+
+def test_the_self_check_compares_the_edited_runs_with_the_list_read_whole() -> None:
+    """Runs edited wrong (one run moved a token up, the count kept: nothing else notices) fail
+    the self-check at the next step that edits them."""
+    import msgspec
+
+    from mcinspect.schema import Step
+    from mcinspect_engine_hooks.capture import Capture
+    from mcinspect_engine_hooks.events import EventSink
+    from mcinspect_engine_hooks.self_check import SelfCheck
+
+    scheduler = build_cache(page_size=1, kv_size=256)
+    allocator = scheduler.token_to_kv_pool_allocator
+    capture = Capture(scheduler, EventSink())
+    capture.full_state(Step(0))
+    check = SelfCheck()
+    taken = allocator.alloc(5)
+    assert capture.step(Step(1)) is not None
+    check.after_step(capture, scheduler, Step(1))
+    assert check.steps == 1 and check.failures == 0, check.first_failure
+    reader = capture._kv_reader
+    (start, length), *rest = reader._state.free_runs
+    reader._state = msgspec.structs.replace(reader._state, free_runs=[(start + 1, length), *rest])
+    allocator.free(taken[:2])
+    assert capture.step(Step(2)) is not None
+    check.after_step(capture, scheduler, Step(2))
+    assert check.failures == 1 and "read whole" in check.first_failure, check.first_failure
+
+
+def test_a_change_of_many_ranges_is_read_whole() -> None:
+    """Past WHOLE_READ_EDITS ranges (and a twentieth of the runs) a whole read is cheaper than
+    the edits (after a stretch nobody watched: 100k ranges were 0.9 s of edits)."""
+    allocator = _allocator(1, need_sort=False)
+    reader = KvReader(allocator)
+    reader.read()
+    taken = allocator.alloc(2 * pools_0523.WHOLE_READ_EDITS + 2)
+    for token in taken[::2]:  # every other token: one range each
+        allocator.free(token.reshape(1))
+    assert reader.read() == KvReader(allocator).read() and reader.whole_reads == 2
+    allocator.free(taken[1:2])
+    assert reader.read() == KvReader(allocator).read() and reader.whole_reads == 2

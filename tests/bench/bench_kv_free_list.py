@@ -1,0 +1,93 @@
+"""The KV free list read at a step that changed it: edited runs (KvReader, kv_free_edits.py)
+vs a whole read, side by side on the same steps, on sglang's real allocators over a fragmented
+pool (a long run of production: freed prefixes scattered through the list).
+
+Each size: the pool allocated whole, then `--chunks` chunks of 3 tokens (page 1) or 1 page
+(paged; at most half the pages) freed in scattered order; then `--steps` steps, each a decode batch's alloc (32 tokens
+or pages' worth), a finished request's chunk freed, and every 10th step a prefill chunk of 2048
+tokens. Per step both reads are timed and their states compared (they must be equal).
+
+    .venv/bin/python tests/bench/bench_kv_free_list.py [--steps 50] [--chunks 100000] [--pool 800000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from mcinspect_engine_hooks.cpu_engine import patches
+
+patches.install()  # before the first sglang import
+
+import torch  # noqa: E402
+
+from mcinspect_engine_hooks.pools_0523 import KvReader  # noqa: E402
+
+
+def allocator_of(page_size: int, pool: int, need_sort: bool) -> object:
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+    if page_size == 1:
+        return TokenToKVPoolAllocator(pool, torch.bfloat16, "cpu", None, need_sort)
+    return PagedTokenToKVPoolAllocator(pool, page_size, torch.bfloat16, "cpu", None, need_sort)
+
+
+def measure(page_size: int, need_sort: bool, pool: int, chunks: int, steps: int) -> dict[str, float | int | bool]:
+    allocator = allocator_of(page_size, pool, need_sort)
+    rng = random.Random(0)
+    unit = 3 if page_size == 1 else page_size
+    everything = allocator.alloc(pool // unit * unit)
+    pieces = list(everything.reshape(-1, unit))
+    rng.shuffle(pieces)
+    chunks = min(chunks, len(pieces) // 2)  # a paged pool has fewer pieces: half of them freed
+    for piece in pieces[:chunks]:
+        allocator.free(piece)
+    held = pieces[chunks:]
+    reader = KvReader(allocator)
+    state = reader.read()
+    segments = len(state.free_runs)
+    edited, whole, equal = [], [], True
+    for step in range(steps):
+        taken = allocator.alloc(32 * page_size)
+        if step % 10 == 0:
+            allocator.alloc(2048)
+        allocator.free(held.pop(rng.randrange(len(held))))
+        assert taken is not None
+        began = time.perf_counter()
+        state = reader.read()
+        edited.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        fresh = KvReader(allocator).read()
+        whole.append(time.perf_counter() - began)
+        equal &= state == fresh
+    return dict(
+        runs=segments, edited_median=1e3 * statistics.median(edited), edited_worst=1e3 * max(edited),
+        whole_median=1e3 * statistics.median(whole), whole_worst=1e3 * max(whole), whole_reads=reader.whole_reads, equal=equal,
+    )  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--pool", type=int, default=800_000, help="KV tokens")
+    args = parser.parse_args()
+    print(f"pool {args.pool} tokens, {args.chunks} scattered chunks freed, {args.steps} steps; ms per read")
+    print(
+        f"{'allocator':<30} {'free runs':>9} {'whole: median':>13} {'worst':>7} {'edited: median':>14} {'worst':>7} {'ratio':>6}  whole reads  equal"
+    )
+    for page_size, need_sort in ((1, False), (1, True), (16, False), (16, True)):
+        r = measure(page_size, need_sort, args.pool, args.chunks, args.steps)
+        name = f"{'token' if page_size == 1 else 'paged'} (page {page_size}){', need_sort' if need_sort else ''}"
+        ratio = r["whole_median"] / r["edited_median"]
+        print(
+            f"{name:<30} {r['runs']:>9} {r['whole_median']:>13.2f} {r['whole_worst']:>7.2f} {r['edited_median']:>14.2f} "
+            f"{r['edited_worst']:>7.2f} {ratio:>5.0f}x  {r['whole_reads']:>11}  {r['equal']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
