@@ -17,11 +17,12 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import unified_0516_cache  # noqa: E402
+from marked_churn import RESET_STEP, check_marked_churn  # noqa: E402
 
-from mcinspect.schema import Counters, EvictEvent, InsertEvent, NodeId, Seq, Step, apply_delta  # noqa: E402
+from mcinspect.schema import EvictEvent, InsertEvent, NodeId, Step  # noqa: E402
 from mcinspect_engine_hooks import generations  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture  # noqa: E402
-from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S, IMMEDIATE_NODES  # noqa: E402
+from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import (  # noqa: E402
     GENERATIONS,
@@ -33,7 +34,7 @@ from mcinspect_engine_hooks.generations import (  # noqa: E402
     select,
 )
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
-from mcinspect_engine_hooks.hooks_0516 import HOOKS, MARKS  # noqa: E402
+from mcinspect_engine_hooks.hooks_0516 import HOOKS  # noqa: E402
 from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 from mcinspect_engine_hooks.tree_walk import walked_arena  # noqa: E402
 
@@ -139,18 +140,6 @@ def test_the_view_reads_the_real_cache_and_the_hooks_see_its_inserts_and_evictio
     assert errors.total == 0, errors.by_hook
 
 
-def test_the_dirty_marks_are_on_only_with_every_one_of_their_rows() -> None:
-    """A release missing one of MARKS' targets (its row skipped) gets walked captures, not
-    marks that miss the changes that method makes."""
-    sink = EventSink()
-    hook_points(sink, ErrorCounter(), StateLog(), HOOKS)
-    assert sink.node_map_hooked
-    for row in MARKS:
-        sink = EventSink()
-        hook_points(sink, ErrorCounter(), StateLog(), tuple(h for h in HOOKS if h != row))
-        assert not sink.node_map_hooked, row.target
-
-
 @contextmanager
 def _marked_capture(cache: Any) -> Iterator[Capture]:
     """A Capture of the real cache with the release's whole hook table bound through sglang's
@@ -186,14 +175,7 @@ def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed(r
     tree = unified_0516_cache.GrowingTree(unified_0516_cache.build_cache(mamba_slots=2048, kv_tokens=1 << 14))
     cache = tree.cache
     with _marked_capture(cache) as capture:
-        read: list[int] = []
-        records = capture._view.records
-        capture._view.records = lambda items, *a, **k: read.append(len(items)) or records(items, *a, **k)
-        published = capture.full_state(Step(0))
-        for _ in range(2 * IMMEDIATE_NODES):
-            tree.insert()
         locked: list[Any] = []
-        tombstones = 0
 
         def churn(n: int) -> None:
             tree.change(n)
@@ -208,32 +190,13 @@ def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed(r
                 cache.dec_lock_ref(locked.pop(0))
             if n % 5 == 0:
                 cache.evict(EvictParams(num_tokens=12, mamba_num=0))  # leaves, then the chains they leave childless
-            if n == 30:
+            if n == RESET_STEP:
                 cache.reset()
                 locked.clear()
 
-        step = 0
-        while True:  # the unwatched growth: a catch-up spread over steps
-            step += 1
-            parts = capture.step(Step(step))
-            if parts is not None:
-                break
-        for n in range(1, 45):
-            apply_delta(published, parts.to_delta(seq=Seq(step), step=Step(step), events=[], counters=Counters()))
-            assert published == _full_walk(cache, step, capture.sink), f"step {step}"
-            tombstones += sum(r.tombstone for r in published.nodes.values())
-            nodes = len(walked_arena(cache.root_node))
-            churn(n)
-            read.clear()
-            step += 1
-            parts = capture.step(Step(step))
-            if n == 30:  # a reset: its (new) tree re-read whole, as after a mark overflow (catch_up.py)
-                while parts is None:
-                    step += 1
-                    parts = capture.step(Step(step))
-                continue
-            assert parts is not None and not capture.catching_up, n
-            assert sum(read) <= 60 and (n > 30 or nodes >= 2 * IMMEDIATE_NODES), (n, sum(read), nodes)
+        tombstones = check_marked_churn(
+            capture, tree.insert, churn, lambda step: _full_walk(cache, step, capture.sink), lambda: len(walked_arena(cache.root_node))
+        )
         assert set(capture.sink.node_map) == set(walked_arena(cache.root_node))
         assert tombstones > 0
 

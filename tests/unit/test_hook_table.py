@@ -7,12 +7,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from mcinspect_engine_hooks.cpu_engine import patches
 
 patches.install()
 
+from mcinspect_engine_hooks import hooks_0516, hooks_0523, hooks_mrc  # noqa: E402
+from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import UNIFIED_TREE_CORE, Selection, resolve, resolves, select  # noqa: E402
-from mcinspect_engine_hooks.hooks_0523 import HOOKS, markdown  # noqa: E402
+from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
+from mcinspect_engine_hooks.hooks_0523 import HOOKS, Hook, markdown  # noqa: E402
+from mcinspect_engine_hooks.state_log import StateLog  # noqa: E402
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -114,3 +120,17 @@ def test_the_hook_table_names_a_generation_this_release_was_passed_over_for(caps
     print_hooks(dataclasses.replace(resolve(UNIFIED_TREE_CORE), passed_over=(lacking,)))
     printed = " ".join(capsys.readouterr().out.split())
     assert f"not read in this sglang: {lacking}; an engine whose scheduler builds" in printed
+
+
+@pytest.mark.parametrize("hooks, marks", [(hooks_mrc.HOOKS, hooks_mrc.MARKS), (hooks_0516.HOOKS, hooks_0516.MARKS)], ids=["mrc", "0.5.16"])
+def test_the_dirty_marks_are_on_only_with_every_one_of_their_rows(hooks: tuple[Hook, ...], marks: tuple[Hook, ...]) -> None:
+    """A release missing one of MARKS' targets (its row skipped) gets walked captures, not
+    marks that miss the changes that method makes (the caches that keep their own nodes)."""
+    sink = EventSink()
+    hook_points(sink, ErrorCounter(), StateLog(), hooks)
+    assert sink.node_map_hooked
+    for row in marks:
+        sink = EventSink()
+        hook_points(sink, ErrorCounter(), StateLog(), tuple(h for h in hooks if h != row))
+        assert not sink.node_map_hooked, row.target
+    assert not any(h in hooks_0523.HOOKS for h in marks)

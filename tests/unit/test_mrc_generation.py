@@ -18,6 +18,7 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from marked_churn import RESET_STEP, check_marked_churn  # noqa: E402
 
 from mcinspect.checks import StepView, check_step  # noqa: E402
 from mcinspect.schema import Counters, NodeId, Seq, Step, apply_delta  # noqa: E402
@@ -26,8 +27,7 @@ from mcinspect_engine_hooks.catch_up import CATCH_UP_BUDGET_S, IMMEDIATE_NODES  
 from mcinspect_engine_hooks.events import EventSink, hook_points  # noqa: E402
 from mcinspect_engine_hooks.generations import GENERATIONS, MAMBA_RADIX_CACHE, resolve, select  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
-from mcinspect_engine_hooks.hooks_0523 import HOOKS as HOOKS_0523  # noqa: E402
-from mcinspect_engine_hooks.hooks_mrc import HOOKS, MARKS  # noqa: E402
+from mcinspect_engine_hooks.hooks_mrc import HOOKS  # noqa: E402
 from mcinspect_engine_hooks.req_kv import (  # noqa: E402
     FlatKv,
     decode_track_entries,
@@ -51,19 +51,6 @@ def test_every_row_binds_to_a_body_and_the_generation_comes_after_0_5_23s() -> N
     assert [target for target, _, _ in points] == ["sglang.srt." + h.target for h in bound]
     assert GENERATIONS[-1] is MAMBA_RADIX_CACHE  # 0.5.23's generation is tried first
     assert "mem_cache.mamba_radix_cache.MambaRadixCache.insert" in MAMBA_RADIX_CACHE.required
-
-
-def test_the_dirty_marks_are_on_only_with_every_one_of_their_rows() -> None:
-    """A release missing one of MARKS' targets (its row skipped) gets walked captures, not
-    marks that miss the changes that method makes."""
-    sink = EventSink()
-    hook_points(sink, ErrorCounter(), StateLog(), HOOKS)
-    assert sink.node_map_hooked
-    for row in MARKS:
-        sink = EventSink()
-        hook_points(sink, ErrorCounter(), StateLog(), tuple(h for h in HOOKS if h != row))
-        assert not sink.node_map_hooked, row.target
-    assert not any(h in HOOKS_0523 for h in MARKS)
 
 
 def _flat_req(**fields: Any) -> SimpleNamespace:
@@ -310,12 +297,6 @@ def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed()
     cache = tree.cache
     scheduler = mrc_cache.scheduler_of(cache)
     with _marked_capture(scheduler) as capture:
-        read: list[int] = []
-        records = capture._view.records
-        capture._view.records = lambda items, *a, **k: read.append(len(items)) or records(items, *a, **k)
-        published = capture.full_state(Step(0))
-        for _ in range(2 * IMMEDIATE_NODES):
-            tree.insert()
         locked: list[Any] = []
 
         def churn(n: int) -> None:
@@ -328,31 +309,13 @@ def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed()
                 cache.dec_lock_ref(locked.pop(0))
             if n % 5 == 0:
                 cache.evict_full(12)  # leaves, then the tombstones they leave childless
-            if n == 30:
+            if n == RESET_STEP:
                 cache.reset()
                 locked.clear()
 
-        step = 0
-        while True:  # the unwatched growth: a catch-up spread over steps
-            step += 1
-            parts = capture.step(Step(step))
-            if parts is not None:
-                break
-        for n in range(1, 45):
-            apply_delta(published, parts.to_delta(seq=Seq(step), step=Step(step), events=[], counters=Counters()))
-            assert published == _full_walk(scheduler, step), f"step {step}"
-            nodes = len(walked_arena(cache.root_node))
-            churn(n)
-            read.clear()
-            step += 1
-            parts = capture.step(Step(step))
-            if n == 30:  # a reset: its (new) tree re-read whole, as after a mark overflow (catch_up.py)
-                while parts is None:
-                    step += 1
-                    parts = capture.step(Step(step))
-                continue
-            assert parts is not None and not capture.catching_up, n
-            assert sum(read) <= 60 and (n > 30 or nodes >= 2 * IMMEDIATE_NODES), (n, sum(read), nodes)
+        check_marked_churn(
+            capture, tree.insert, churn, lambda step: _full_walk(scheduler, step), lambda: len(walked_arena(cache.root_node))
+        )
         assert set(capture.sink.node_map) == set(walked_arena(cache.root_node))
 
 
