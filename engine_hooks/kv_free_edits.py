@@ -1,6 +1,6 @@
 """The KV allocator's free runs brought up to date from what changed in its free lists, not
 re-read whole: at 100k free-list segments (a pool fragmented by recomputed prefixes freed
-again) a whole read was 30-60 ms of the scheduler's step, at every step the list changed.
+again) a whole read was 20-40 ms of the scheduler's step, at every step the list changed.
 
 sglang's allocators never write a free list in place: `alloc` binds a slice of its front,
 `free` binds a new tensor with the freed pages appended (the token allocator, its release
