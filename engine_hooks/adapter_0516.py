@@ -7,8 +7,8 @@ UnifiedTreeCore's arena: adapter_0523). Its UnifiedTreeNode is 0.5.17's Python-c
 `last_access_time`, `hit_count`; ids from a class counter, so they only grow), and the cache
 holds what 0.5.17's core holds (`root_node`, `lru_lists[ct].cache`, `evictable_device_leaves`),
 so adapter_0523's PythonTreeView reads its records as they are. What differs: there is no node
-arena. With marks_0516's hooks bound (and a cache with no host tier and no components but FULL
-and MAMBA), `arena()` is the node map they keep (walked once, and again after a `reset()`) and
+arena. With marks_0516's hooks bound (and the class itself, with no host tier and no components
+but FULL and MAMBA), `arena()` is the node map they keep (walked once, and again after a `reset()`) and
 Capture reads only the nodes they mark, as on 0.5.23; without them it walks the tree (a new dict
 each call: Capture re-reads every node at each capture, O(tree)), and as an evicted leaf keeps
 its parent link, a node counts as present only while its parent still lists it.
@@ -47,10 +47,12 @@ class CacheTreeView(PythonTreeView):
     def __init__(self, cache: Any, sink: EventSink | None = None) -> None:
         super().__init__(cache)
         # Only what the marks follow: the host tier and SWA create and change nodes in methods
-        # of their own (`_insert_helper_host`, the SWA component's split and values).
+        # of their own (`_insert_helper_host`, the SWA component's split and values), as a
+        # subclass may.
         marked = (
             sink is not None
             and sink.node_map_hooked
+            and type(cache).__name__ == "UnifiedRadixCache"
             and getattr(cache, "cache_controller", None) is None
             and set(cache.components) == {FULL, MAMBA}
         )

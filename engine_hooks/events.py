@@ -61,7 +61,8 @@ def _opt(value: int | None) -> int:
 
 
 class _TreeHooks:
-    """Dirty marks from the Python tree core (the Rust core never calls these)."""
+    """Dirty marks from the Python tree core, and from 0.5.16's cache, which has the same
+    methods (the Rust core never calls these)."""
 
     def __init__(self, sink: EventSink) -> None:
         self.sink = sink

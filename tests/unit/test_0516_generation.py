@@ -201,15 +201,20 @@ def test_with_the_dirty_mark_hooks_a_capture_reads_only_the_nodes_that_changed(r
         assert tombstones > 0
 
 
-def test_a_cache_with_a_host_tier_is_walked(release_0516: None) -> None:
-    """The marks follow FULL and MAMBA on the device only: HiCache's host insert creates nodes
-    in a method of its own (`_insert_helper_host`), which they do not hook."""
-    cache = unified_0516_cache.build_cache()
-    cache.cache_controller = SimpleNamespace()  # what a host tier sets
+def test_a_cache_with_a_host_tier_or_of_a_subclass_is_walked(release_0516: None) -> None:
+    """The marks follow the class itself with FULL and MAMBA on the device: HiCache's host
+    insert creates nodes in a method of its own (`_insert_helper_host`), which they do not
+    hook, as a subclass's own methods may."""
+    host_tier = unified_0516_cache.build_cache()
+    host_tier.cache_controller = SimpleNamespace()  # what a host tier sets
+    subclassed = unified_0516_cache.build_cache()
+    subclassed.__class__ = type("Subclassed", (type(subclassed),), {})
     sink = EventSink()
     restore = install_hooks(hook_points(sink, ErrorCounter(), StateLog(), resolve(UNIFIED_TREE_0516).hooks))
     try:
         assert sink.node_map_hooked
-        assert Capture(unified_0516_cache.scheduler_of(cache), sink, UNIFIED_TREE_0516)._view.walked
+        assert not Capture(unified_0516_cache.scheduler_of(unified_0516_cache.build_cache()), sink, UNIFIED_TREE_0516)._view.walked
+        for cache in (host_tier, subclassed):
+            assert Capture(unified_0516_cache.scheduler_of(cache), sink, UNIFIED_TREE_0516)._view.walked
     finally:
         restore()
