@@ -328,6 +328,7 @@ class Capture:
                     catch_up.slots.update(moved.tolist())
                 self._free = free
                 if not self._advance(catch_up):
+                    self._kv_reader.read_over_steps()  # the publishing step then edits a short change
                     return None
                 self._catch_up = None
                 # The state it published is dropped with it: every shard the baseline copied

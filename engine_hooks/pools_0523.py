@@ -20,6 +20,7 @@ Where each piece lives (checked against the 0.5.23 source):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from mcinspect.schema import KvState, NodeId, RequestState, Rid, SlotClaim, Slot
 from .kv_free_edits import edit_runs, list_change, segments, token_ranges
 from .req_kv import kv_of
 from .request_reader import RequestReader  # noqa: F401  (a Generation's `pools.RequestReader`)
-from .tensor_runs import free_token_runs
+from .tensor_runs import free_run_arrays, free_token_runs
 
 TreeSlots = dict[SlotId, dict[NodeId, int]]
 """Tree-owned slot -> {node id: node end depth}; more than one node is a bug to show."""
@@ -147,8 +148,12 @@ class KvReader:
         self._lists: tuple[np.ndarray, ...] | None = None
         """The free lists last read, on the host (None: read them whole next)."""
         self._state: KvState | None = None
+        self._spread: _SpreadRead | None = None
+        self._spread_done = False
+        """The lists the edits begin from came from a read over steps, not from `read`."""
         self.whole_reads = 0
-        """Reads of the whole free list (the first, and each one the edits could not follow)."""
+        """Reads of the whole free list (the first, and each one the edits could not follow),
+        in one step or over steps (`read_over_steps`)."""
 
     def _fingerprint(self) -> tuple[Any, ...]:
         a = self.allocator
@@ -162,6 +167,7 @@ class KvReader:
 
     def read(self) -> KvState:
         """The allocator now (keeps a reference to its free lists for `changed`)."""
+        self._spread, self._spread_done = None, False  # read now: what a read over steps would have begun from is past
         a = self.allocator
         self._seen = self._fingerprint()
         self._held = (getattr(a, "free_pages", None), getattr(a, "release_pages", None))
@@ -175,6 +181,35 @@ class KvReader:
                 lists = None  # the allocator's free set is not these lists: always read whole
         self._lists, self._state = lists, state
         return state
+
+    def read_over_steps(self) -> None:
+        """A part of a whole read, in a step that publishes nothing (a catch-up's): of the free
+        lists as they were at its first part (sglang never writes them in place: holding them
+        keeps them as they were), so that the step that publishes edits from there, a short
+        change, where after the many steps of a catch-up it would read a long list whole in
+        that one step (25 ms at 100k runs). First part: the lists' runs as arrays; then
+        `SPREAD_RUNS` runs a step become tuples; the last one takes them as the last read."""
+        job = self._spread
+        if job is None:
+            if self._lists is None or self._spread_done or not self.changed():
+                return  # no edits to begin from after, read over steps already, or nothing to read
+            a = self.allocator
+            lists = _free_lists(a)
+            if lists is None:
+                return
+            starts, lengths = free_run_arrays(np.concatenate(lists), int(a.page_size))
+            self._spread = _SpreadRead((a.free_pages, getattr(a, "release_pages", None)), lists, starts, lengths)
+            return
+        at = len(job.runs)
+        job.runs += zip(job.starts[at : at + SPREAD_RUNS].tolist(), job.lengths[at : at + SPREAD_RUNS].tolist())
+        if len(job.runs) < len(job.starts):
+            return
+        a = self.allocator
+        # `_seen` stays the last read's: `changed()` holds, and the next capture reads (edits).
+        self._held, self._lists = job.held, job.lists
+        self._state = KvState(page_size=int(a.page_size), size=int(a.size), free_runs=job.runs)
+        self._spread, self._spread_done = None, True
+        self.whole_reads += 1
 
     def _edited(self, lists: tuple[np.ndarray, ...]) -> KvState | None:
         """The last state edited by what changed in each list; None when a change is not one
@@ -196,6 +231,21 @@ class KvReader:
             return None  # an edit is a few us a range, a whole read a fraction of a us a run
         edited = edit_runs(runs, token_ranges(taken, page_size), token_ranges(given, page_size))
         return None if edited is None else KvState(page_size=page_size, size=self._state.size, free_runs=edited)
+
+
+SPREAD_RUNS = 25_000
+"""Runs made tuples in a step of `read_over_steps` (a few ms)."""
+
+
+@dataclass
+class _SpreadRead:
+    """A whole read over steps: the lists as they were at its first part, their runs."""
+
+    held: tuple[Any, ...]
+    lists: tuple[np.ndarray, ...]
+    starts: np.ndarray
+    lengths: np.ndarray
+    runs: list[tuple[int, int]] = field(default_factory=list)
 
 
 WHOLE_READ_EDITS = 256

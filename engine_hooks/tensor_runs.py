@@ -182,10 +182,17 @@ def runs_of_ints(ints: list[int]) -> FrozenRuns:
 def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
     """Sorted runs of free token indices from free page ids (token ids when page_size is 1)."""
     flat, _ = host_concat([free_pages])
-    if len(flat) == 0:
-        return []
     if len(flat) <= SMALL:  # a set dedups a page listed twice (an allocator bug runs cannot express)
         return [(start * page_size, length * page_size) for start, length in runs_of_ints(sorted(set(flat.tolist())))]
+    starts, lengths = free_run_arrays(flat, page_size)
+    return list(zip(starts.tolist(), lengths.tolist()))
+
+
+def free_run_arrays(flat: np.ndarray, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`free_token_runs` of a host array of page ids as two arrays, token starts and lengths
+    (the Python tuples are most of a long list's time: KvReader builds them over steps)."""
+    if len(flat) == 0:
+        return flat, flat
     # sglang's free list is a sorted remainder plus appended freed chunks: a few ascending
     # segments of consecutive pages. Find them in one pass, in the list's own order, and sort
     # and merge the segments, not the pages (sorting 650k pages was 10-20 ms a step).
@@ -201,7 +208,7 @@ def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
     heads = np.flatnonzero(new_run)
     ends = last[np.append(heads[1:], len(first)) - 1]
     run_starts = first[heads]
-    return list(zip((run_starts * page_size).tolist(), ((ends - run_starts) * page_size).tolist()))
+    return run_starts * page_size, (ends - run_starts) * page_size
 
 
 def version_of(value: Any) -> int | None:

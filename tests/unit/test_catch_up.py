@@ -120,6 +120,22 @@ def grown_unwatched(sink: EventSink) -> tuple[Tree, Capture, CacheState]:
     return tree, capture, published
 
 
+def test_the_kv_free_list_read_over_the_catch_ups_steps_is_published(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """The growth moved the KV free list: it is read whole over the catch-up's first steps
+    (KvReader.read_over_steps), not in the step that publishes; with nothing changed since,
+    that step still publishes it."""
+    sink, _ = hooks
+    tree, capture, published = grown_unwatched(sink)
+    n, parts = 0, None
+    while parts is None:
+        n += 1
+        whole_reads = capture._kv_reader.whole_reads
+        parts = capture.step(Step(n))
+    assert n > 3 and capture._kv_reader.whole_reads == whole_reads == 2  # the first, and one over steps, not in the last
+    apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
+    assert published == full_read(tree.scheduler, sink, n)
+
+
 def test_a_tree_grown_unwatched_is_caught_up_in_chunks_while_it_changes(hooks: tuple[EventSink, ErrorCounter]) -> None:
     sink, errors = hooks
     tree, capture, published = grown_unwatched(sink)

@@ -160,3 +160,28 @@ def test_a_change_of_many_ranges_is_read_whole() -> None:
     assert reader.read() == KvReader(allocator).read() and reader.whole_reads == 2
     allocator.free(taken[1:2])
     assert reader.read() == KvReader(allocator).read() and reader.whole_reads == 2
+
+
+def test_a_read_over_steps_leaves_the_publishing_step_a_short_edit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long change (what a catch-up's many steps pile up) read whole over steps, of the lists
+    as they were at its first part, while the allocator goes on changing: the read that follows
+    edits from there (no whole read in it) and equals a whole read."""
+    monkeypatch.setattr(pools_0523, "SPREAD_RUNS", 50)
+    allocator = _allocator(1, need_sort=False)
+    reader = KvReader(allocator)
+    reader.read()
+    taken = allocator.alloc(4 * pools_0523.WHOLE_READ_EDITS)
+    for token in taken[::2]:  # a change of 512 ranges: read whole in one step, but for the steps before
+        allocator.free(token.reshape(1))
+    parts = 0
+    while parts == 0 or reader._spread is not None:
+        if parts:  # the allocator changes between the parts
+            allocator.free(taken[1 + 2 * parts].reshape(1))
+            allocator.alloc(3)
+        reader.read_over_steps()
+        parts += 1
+    assert parts > 5 and reader.whole_reads == 2
+    # Nothing changed after the last part: still a change since the last read (the capture reads it).
+    assert reader.changed() and reader.read() == KvReader(allocator).read() and reader.whole_reads == 2
+    reader.read_over_steps()  # nothing changed since: nothing to read
+    assert reader._spread is None
