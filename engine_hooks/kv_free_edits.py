@@ -19,6 +19,8 @@ import numpy as np
 
 from mcinspect.schema import Runs
 
+from .tensor_runs import free_run_arrays
+
 
 def list_change(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(removed, added) pages when `new` is `old[k:]` with pages prepended or appended: as sets,
@@ -49,17 +51,10 @@ def segments(pages: np.ndarray) -> int:
 
 
 def token_ranges(pages: np.ndarray, page_size: int) -> Ranges:
-    """Sorted [start, end) token ranges of `pages` (unique page ids). The list's ascending runs
-    are sorted and joined, not its pages (a sort of 500k pages was tens of ms)."""
-    if len(pages) == 0:
-        return pages, pages
-    breaks = np.flatnonzero(np.diff(pages) != 1) + 1
-    starts = pages[np.concatenate(([0], breaks))]
-    ends = pages[np.concatenate((breaks - 1, [len(pages) - 1]))] + 1
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
-    new = np.flatnonzero(starts[1:] != ends[:-1]) + 1  # where a run does not continue the one before
-    return starts[np.concatenate(([0], new))] * page_size, ends[np.concatenate((new - 1, [len(starts) - 1]))] * page_size
+    """Sorted [start, end) token ranges of `pages`, found as a whole read finds the runs
+    (`free_run_arrays`: the list's ascending runs sorted and joined, not its pages)."""
+    starts, lengths = free_run_arrays(pages, page_size)
+    return starts, starts + lengths
 
 
 def edit_runs(runs: Runs, removed: Ranges, added: Ranges) -> Runs | None:

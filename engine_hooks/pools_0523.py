@@ -198,15 +198,16 @@ class KvReader:
             if lists is None:
                 return
             starts, lengths = free_run_arrays(np.concatenate(lists), int(a.page_size))
-            self._spread = _SpreadRead((a.free_pages, getattr(a, "release_pages", None)), lists, starts, lengths)
+            self._spread = _SpreadRead(lists, starts, lengths)  # the lists' views hold their tensors
             return
         at = len(job.runs)
         job.runs += zip(job.starts[at : at + SPREAD_RUNS].tolist(), job.lengths[at : at + SPREAD_RUNS].tolist())
         if len(job.runs) < len(job.starts):
             return
         a = self.allocator
-        # `_seen` stays the last read's: `changed()` holds, and the next capture reads (edits).
-        self._held, self._lists = job.held, job.lists
+        # `_seen` and `_held` stay the last read's: `changed()` holds (its memory still held), and
+        # the next capture reads (edits from these lists).
+        self._lists = job.lists
         self._state = KvState(page_size=int(a.page_size), size=int(a.size), free_runs=job.runs)
         self._spread, self._spread_done = None, True
         self.whole_reads += 1
@@ -241,7 +242,6 @@ SPREAD_RUNS = 25_000
 class _SpreadRead:
     """A whole read over steps: the lists as they were at its first part, their runs."""
 
-    held: tuple[Any, ...]
     lists: tuple[np.ndarray, ...]
     starts: np.ndarray
     lengths: np.ndarray

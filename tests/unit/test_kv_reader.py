@@ -181,6 +181,9 @@ def test_a_read_over_steps_leaves_the_publishing_step_a_short_edit(monkeypatch: 
         reader.read_over_steps()
         parts += 1
     assert parts > 5 and reader.whole_reads == 2
+    # The last read's fingerprint still names memory the reader holds (freed, another list's
+    # tensor could take its address and length: `changed()` would say no change).
+    assert reader._held[0].data_ptr() == reader._seen[0]
     # Nothing changed after the last part: still a change since the last read (the capture reads it).
     assert reader.changed() and reader.read() == KvReader(allocator).read() and reader.whole_reads == 2
     reader.read_over_steps()  # nothing changed since: nothing to read
