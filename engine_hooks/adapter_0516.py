@@ -24,7 +24,7 @@ from mcinspect.schema import NodeId, NodeRecord
 from .adapter_0523 import PythonTreeView
 from .components import FULL, MAMBA
 from .event_sink import EventSink
-from .tree_walk import walked_arena, walked_depths
+from .tree_walk import arena_of, walked_depths
 
 
 def refusal(tree_cache: Any) -> str:
@@ -65,13 +65,7 @@ class CacheTreeView(PythonTreeView):
         """NodeId -> node, ids ascending (the newest last). Walked afresh, a new dict, when no
         hooks keep the node map, or when it is to be walked (first, and after a `reset()`);
         else the map they keep, the same dict."""
-        sink = self.sink
-        if sink is None:
-            self._arena = walked_arena(self.core.root_node)
-            return self._arena
-        if sink.node_map is None:
-            sink.node_map = walked_arena(self.core.root_node)
-        self._arena = sink.node_map
+        self._arena = arena_of(self.core.root_node, self.sink)
         return self._arena
 
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]:
@@ -81,8 +75,7 @@ class CacheTreeView(PythonTreeView):
     def node(self, node_id: int) -> Any:
         """The node with this id while its parents still list it up to the root."""
         if self.sink is not None:  # the hooks drop a node from the map as it leaves the tree
-            nodes = self.sink.node_map
-            return (self.arena() if nodes is None else nodes).get(node_id)
+            return self.arena().get(node_id)
         node = self._arena.get(node_id)
         if node is None:
             node = self.arena().get(node_id)

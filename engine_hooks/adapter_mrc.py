@@ -26,7 +26,7 @@ from mcinspect.schema import NodeId, NodeRecord, SlotId
 from .event_sink import EventSink
 from .node_derived import DerivedMemo
 from .req_kv import key_tokens
-from .tree_walk import walked_arena, walked_depths
+from .tree_walk import arena_of, walked_depths
 
 
 def refusal(tree_cache: Any) -> str:
@@ -69,14 +69,9 @@ class MrcTreeView:
         hooks keep the node map, or when it is to be walked (first, and after a `reset()`);
         else the map they keep, the same dict, with the root marked (its last access moves
         with every match and insert, which mark no node of the root's own)."""
-        sink = self.sink
-        if sink is None:
-            self._arena = walked_arena(self.cache.root_node)
-            return self._arena
-        if sink.node_map is None:
-            sink.node_map = walked_arena(self.cache.root_node)
-        sink.mark(self.cache.root_node.id)
-        self._arena = sink.node_map
+        self._arena = arena_of(self.cache.root_node, self.sink)
+        if self.sink is not None:
+            self.sink.mark(self.cache.root_node.id)
         return self._arena
 
     def all_records(self, tombstones: Collection[int]) -> dict[NodeId, NodeRecord]:

@@ -3,7 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .event_sink import EventSink
+
+
+def arena_of(root: Any, sink: EventSink | None) -> dict[int, Any]:
+    """NodeId -> node, ids ascending: the node map the dirty-mark hooks keep in `sink` (the same
+    dict; walked into it when they keep none yet: first, and after a `reset()`), or with no
+    sink walked afresh, a new dict."""
+    if sink is None:
+        return walked_arena(root)
+    if sink.node_map is None:
+        sink.node_map = walked_arena(root)
+    return sink.node_map
 
 
 def walked_arena(root: Any) -> dict[int, Any]:

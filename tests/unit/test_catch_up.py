@@ -21,7 +21,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParam
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from mcinspect.schema import CacheState, Counters, Seq, Step, apply_delta  # noqa: E402
-from mcinspect_engine_hooks import adapter_0516  # noqa: E402
+from mcinspect_engine_hooks import adapter_0516, tree_walk  # noqa: E402
 from mcinspect_engine_hooks import capture as capture_module  # noqa: E402
 from mcinspect_engine_hooks.capture import RETIRED_A_STEP, Capture  # noqa: E402
 from mcinspect_engine_hooks.catch_up import IMMEDIATE_NODES, NODE_CHUNK, SLOT_CHUNK  # noqa: E402
@@ -287,8 +287,8 @@ def test_a_walked_tree_of_many_nodes_is_read_whole_once_a_step(
         tree.insert()
     assert len(tree.scheduler.tree_cache.tree_core._node_arena) > 2 * IMMEDIATE_NODES
     walks = []
-    walk = adapter_0516.walked_arena
-    monkeypatch.setattr(adapter_0516, "walked_arena", lambda root: walks.append(1) or walk(root))
+    walk = tree_walk.walked_arena
+    monkeypatch.setattr(tree_walk, "walked_arena", lambda root: walks.append(1) or walk(root))
     for n in range(1, 6):
         walks.clear()
         parts = capture.step(Step(n))
