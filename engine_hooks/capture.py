@@ -352,12 +352,13 @@ class Capture:
         self._admission = admission
         if catch_up is None:  # a catch-up read the free list above: it cannot move within the step
             free = self._read_free()
-            changed_slots.update(self._free_moved(free).tolist())
-            self._free = free
+            if free is not self._free:  # most decode steps: the same list, the same bitmap
+                changed_slots.update(self._free_moved(free).tolist())
+                self._free = free
         if resync and catch_up is None:
             changed_slots |= set(range(1, self.size + 1))
 
-        slots = self._reclaim(changed_slots, free)
+        slots = self._reclaim(changed_slots, free) if changed_slots else {}
         if catch_up is not None:  # this step's claims over the catch-up's: no copy of its (maybe every) slots
             catch_up.claims.update(slots)
             slots = catch_up.claims

@@ -117,6 +117,9 @@ class ContentCapture:
         if changes is None:
             changes = {s for s in owners.keys() | self._previous_owners.keys() if owners.get(s) != self._previous_owners.get(s)}
             self._previous_owners = dict(owners)
+        recheck = step % RECHECK_EVERY == 0
+        if not (changes or self._unsettled or self._settling or self._missing or recheck):
+            return {}, []  # most decode steps: no slot changed owner, none settles, none is due
         dropped = self._contents.pop_keys_in(changes)
         if self._mirror is not None and dropped:
             self._mirror.forget(dropped)
@@ -131,7 +134,6 @@ class ContentCapture:
         self._settling |= stable
         self._missing = _minus(self._missing, changes)
         self._settle(owners)
-        recheck = step % RECHECK_EVERY == 0
         if not recheck and not self._missing:
             return {}, dropped
         if recheck:

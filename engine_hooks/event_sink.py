@@ -165,7 +165,7 @@ class EventSink:
 
     def admission_slots(self) -> list[int]:
         """The open admission group's pre-allocated slots ([] when no group is open)."""
-        return ints_of_many([self.admission])[0]
+        return [] if self.admission is None else ints_of_many([self.admission])[0]
 
     def drain(self, step: Step) -> list[Event]:
         """The events since the last drain, stamped with `step` (one device copy for all)."""
@@ -173,7 +173,7 @@ class EventSink:
         self._evict_depth = 0
         self._flush_eviction()
         pending, self._pending = self._pending, []
-        return self._convert(pending, step)
+        return self._convert(pending, step) if pending else []
 
     def _convert(self, pending: list[tuple[type, dict[str, Any]]], step: Step) -> list[Event]:
         # Fields told apart by exact type through one dict lookup: isinstance against a union

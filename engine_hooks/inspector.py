@@ -214,6 +214,8 @@ class Inspector:
 
     def _verify_turn(self, *, idle: bool) -> None:
         """Give the verifier its turn; the reference's own allocations are not engine events."""
+        if self.verifier.quiet_turn(Step(self._step)):
+            return  # nothing will run (the usual `--verify off` turn): no allocation to hide
         sink = self.sink
         observed = sink.observed
         sink.observed = False

@@ -19,7 +19,7 @@ import numpy as np
 
 from mcinspect.schema import Runs
 
-from .tensor_runs import free_run_arrays
+from .tensor_runs import SMALL, free_run_arrays, runs_of_ints
 
 
 def list_change(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -41,8 +41,8 @@ def list_change(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return None
 
 
-Ranges = tuple[np.ndarray, np.ndarray]
-"""Sorted, disjoint [start, end) token ranges: their starts and their ends."""
+Ranges = list[tuple[int, int]]
+"""Sorted, disjoint [start, end) token ranges."""
 
 
 def segments(pages: np.ndarray) -> int:
@@ -51,24 +51,24 @@ def segments(pages: np.ndarray) -> int:
 
 
 def token_ranges(pages: np.ndarray, page_size: int) -> Ranges:
-    """Sorted [start, end) token ranges of `pages`, found as a whole read finds the runs
-    (`free_run_arrays`: the list's ascending runs sorted and joined, not its pages)."""
+    """Sorted [start, end) token ranges of `pages`, found as a whole read finds the runs (a
+    page listed twice counts once)."""
+    if not len(pages):
+        return []
+    if len(pages) <= SMALL:  # a decode step's few pages: numpy's fixed cost per call is most of it
+        return [(start * page_size, (start + length) * page_size) for start, length in runs_of_ints(sorted(set(pages.tolist())))]
     starts, lengths = free_run_arrays(pages, page_size)
-    return starts, starts + lengths
+    return list(zip(starts.tolist(), (starts + lengths).tolist()))
 
 
 def edit_runs(runs: Runs, removed: Ranges, added: Ranges) -> Runs | None:
     """`runs` (sorted, disjoint, maximal (start, length) runs) less the sorted token ranges
     `removed`, plus `added`, as a new list (`runs` unchanged; one pass over it however many
     ranges change). None when a removed token is not in `runs` or an added one already is."""
-    out: Runs | None = _remove(runs, _pairs(removed)) if len(removed[0]) else list(runs)
-    if out is not None and len(added[0]):
-        out = _add(out, _pairs(added))
+    out: Runs | None = _remove(runs, removed) if removed else list(runs)
+    if out is not None and added:
+        out = _add(out, added)
     return out
-
-
-def _pairs(ranges: Ranges) -> list[tuple[int, int]]:
-    return list(zip(ranges[0].tolist(), ranges[1].tolist()))
 
 
 def _start(run: tuple[int, int]) -> int:

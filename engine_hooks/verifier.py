@@ -184,7 +184,8 @@ class Verifier:
         """At a step boundary (`idle` False) or an idle turn: take in new states, then run the
         references that are due, if it is safe: one per idle turn, up to MAX_PER_TURN at a busy
         boundary within the budget."""
-        self._take_in(self.log.drain(step))
+        if self.quiet_turn(step):
+            return
         if not self._safe_point(idle):
             return
         ticket = self._next_ticket(step)
@@ -201,6 +202,14 @@ class Verifier:
             if job is None:
                 return
             self._run(job, step, idle)
+
+    def quiet_turn(self, step: Step) -> bool:
+        """Take in the states inserted since the last turn; True when no reference can run this
+        turn (`mcinspect verify` asks for none, and `--verify off`): the turn is over."""
+        states = self.log.drain(step)
+        if states:
+            self._take_in(states)
+        return not self._tickets and not self.automatic
 
     def _safe_point(self, idle: bool) -> bool:
         """No forward in flight: CPU forwards are synchronous; elsewhere, idle or nothing queued."""

@@ -120,6 +120,25 @@ def test_a_steps_change_is_what_it_took_and_what_it_gave_back() -> None:
     assert len(np.intersect1d(removed, added)) == 0
 
 
+def test_an_allocs_slice_is_found_by_its_address_and_a_copy_is_not() -> None:
+    """An alloc leaves the front of the held list as a slice of its memory: found by address,
+    the same change the compare finds. A copy of the same pages (fresh memory: the old list is
+    held, so none of it can lie in its memory) is left to the compare."""
+    from mcinspect_engine_hooks.kv_free_edits import list_change
+
+    allocator = _allocator(1, need_sort=False)
+    old = allocator.free_pages
+    allocator.alloc(5)
+    new = allocator.free_pages
+    by_address = pools_0523._front_taken(old, new)
+    assert by_address is not None
+    compared = list_change(old.numpy(), new.numpy())
+    assert compared is not None
+    assert [part.tolist() for part in by_address] == [part.tolist() for part in compared] == [old[:5].tolist(), []]
+    assert pools_0523._front_taken(old, new.clone()) is None
+    assert pools_0523._front_taken(old, torch.cat((old[:2], new))) is None  # pages put back before it
+
+
 def test_the_self_check_compares_the_edited_runs_with_the_list_read_whole() -> None:
     """Runs edited wrong (one run moved a token up, the count kept: nothing else notices) fail
     the self-check at the next step that edits them."""
