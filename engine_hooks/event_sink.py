@@ -178,31 +178,30 @@ class EventSink:
     def _convert(self, pending: list[tuple[type, dict[str, Any]]], step: Step) -> list[Event]:
         # Fields told apart by exact type through one dict lookup: isinstance against a union
         # of classes, for every field of every event, was most of a step's drain.
+        # Each event's fields dict is its own (emit's **fields): the deferred ones are replaced in
+        # it, the others not gone through twice.
         tensors: list[IndexValue] = []
+        deferred: list[tuple[dict[str, Any], str, str, Any]] = []
         for _, fields in pending:
-            for value in fields.values():
-                kind = _DEFERRED.get(type(value))
-                if kind is _ONE:
-                    tensors.append(value.value)
-                elif kind is not None:
-                    tensors.extend(value.values)
-        ints = iter(ints_of_many(tensors))
-        events: list[Event] = []
-        for cls, fields in pending:
-            plain = {}
             for name, value in fields.items():
                 kind = _DEFERRED.get(type(value))
                 if kind is None:
-                    plain[name] = value
-                elif kind is _ONE:
-                    got = next(ints)
-                    plain[name] = SlotId(got[0] if got else -1)
-                elif kind is _SLOTS:
-                    plain[name] = [SlotId(s) for _ in value.values for s in next(ints)]
+                    continue
+                deferred.append((fields, name, kind, value))
+                if kind is _ONE:
+                    tensors.append(value.value)
                 else:
-                    plain[name] = [value.cast(v) for _ in value.values for v in next(ints)]
-            events.append(cls(step=step, **plain))
-        return events
+                    tensors.extend(value.values)
+        ints = iter(ints_of_many(tensors))
+        for fields, name, kind, value in deferred:
+            if kind is _ONE:
+                got = next(ints)
+                fields[name] = SlotId(got[0] if got else -1)
+            elif kind is _SLOTS:
+                fields[name] = [SlotId(s) for _ in value.values for s in next(ints)]
+            else:
+                fields[name] = [value.cast(v) for _ in value.values for v in next(ints)]
+        return [cls(step=step, **fields) for cls, fields in pending]
 
 
 _ONE, _SLOTS, _VALUES = "slot", "slots", "values"
