@@ -8,6 +8,9 @@ or pages' worth), a finished request's chunk freed, and every 10th step a prefil
 tokens. Per step both reads are timed and their states compared (they must be equal).
 
     .venv/bin/python tests/bench/bench_kv_free_list.py [--steps 50] [--chunks 100000] [--pool 800000]
+
+Then the demo's own small pool, where a step's change is a page or two and a read's fixed costs
+are all there is (stop 33's edits had cost four times the whole read there).
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ patches.install()  # before the first sglang import
 import torch  # noqa: E402
 
 from mcinspect_engine_hooks.pools_0523 import KvReader  # noqa: E402
+
+
+DEMO_POOL = 3072
+"""The embedded engine's KV pool (launcher.EngineConfig.max_total_tokens): 192 pages of 16."""
 
 
 def allocator_of(page_size: int, pool: int, need_sort: bool) -> object:
@@ -69,11 +76,39 @@ def measure(page_size: int, need_sort: bool, pool: int, chunks: int, steps: int)
     )  # fmt: skip
 
 
+def measure_small(page_size: int, pool: int, steps: int) -> dict[str, float | int | bool]:
+    """The demo's pool: each step allocs a request's page or few, or frees one (a decode
+    step's change); us per read."""
+    allocator = allocator_of(page_size, pool, False)
+    rng = random.Random(1)
+    held: list[torch.Tensor] = []
+    reader = KvReader(allocator)
+    reader.read()
+    edited, whole, equal = [], [], True
+    for _ in range(steps):
+        if rng.random() < 0.5 and allocator.available_size() > 4 * page_size:
+            held.append(allocator.alloc(page_size * rng.choice((1, 1, 1, 2, 4))))
+        elif held:
+            allocator.free(held.pop(rng.randrange(len(held))))
+        began = time.perf_counter()
+        state = reader.read()
+        edited.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        fresh = KvReader(allocator).read()
+        whole.append(time.perf_counter() - began)
+        equal &= state == fresh
+    return dict(
+        edited_median=1e6 * statistics.median(edited), edited_worst=1e6 * max(edited),
+        whole_median=1e6 * statistics.median(whole), whole_worst=1e6 * max(whole), whole_reads=reader.whole_reads, equal=equal,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--pool", type=int, default=800_000, help="KV tokens")
+    parser.add_argument("--small-steps", type=int, default=3000, help="steps on the demo's pool")
     args = parser.parse_args()
     print(f"pool {args.pool} tokens, {args.chunks} scattered chunks freed, {args.steps} steps; ms per read")
     print(
@@ -87,6 +122,12 @@ def main() -> None:
             f"{name:<30} {r['runs']:>9} {r['whole_median']:>13.2f} {r['whole_worst']:>7.2f} {r['edited_median']:>14.2f} "
             f"{r['edited_worst']:>7.2f} {ratio:>5.0f}x  {r['whole_reads']:>11}  {r['equal']}"
         )
+    print(f"\nthe demo's pool ({DEMO_POOL} tokens, page 16), {args.small_steps} steps of a small alloc or free; us per read")
+    r = measure_small(16, DEMO_POOL, args.small_steps)
+    print(
+        f"whole: median {r['whole_median']:.1f}, worst {r['whole_worst']:.1f}; edited: median {r['edited_median']:.1f}, "
+        f"worst {r['edited_worst']:.1f}; whole reads {r['whole_reads']}; equal {r['equal']}"
+    )
 
 
 if __name__ == "__main__":
