@@ -19,6 +19,8 @@ import argparse
 import random
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 from mcinspect_engine_hooks.cpu_engine import patches
 
@@ -27,7 +29,6 @@ patches.install()  # before the first sglang import
 import torch  # noqa: E402
 
 from mcinspect_engine_hooks.pools_0523 import KvReader  # noqa: E402
-
 
 DEMO_POOL = 3072
 """The embedded engine's KV pool (launcher.EngineConfig.max_total_tokens): 192 pages of 16."""
@@ -42,6 +43,27 @@ def allocator_of(page_size: int, pool: int, need_sort: bool) -> object:
     return PagedTokenToKVPoolAllocator(pool, page_size, torch.bfloat16, "cpu", None, need_sort)
 
 
+def both_reads(allocator: Any, change: Callable[[int], None], steps: int, scale: float) -> dict[str, float | int | bool]:
+    """`steps` steps of `change(step)`, each followed by the reader's edited read and a fresh
+    reader's whole read, timed (times `scale`: ms or us), compared."""
+    reader = KvReader(allocator)
+    reader.read()
+    edited, whole, equal = [], [], True
+    for step in range(steps):
+        change(step)
+        began = time.perf_counter()
+        state = reader.read()
+        edited.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        fresh = KvReader(allocator).read()
+        whole.append(time.perf_counter() - began)
+        equal &= state == fresh
+    return dict(
+        edited_median=scale * statistics.median(edited), edited_worst=scale * max(edited),
+        whole_median=scale * statistics.median(whole), whole_worst=scale * max(whole), whole_reads=reader.whole_reads, equal=equal,
+    )  # fmt: skip
+
+
 def measure(page_size: int, need_sort: bool, pool: int, chunks: int, steps: int) -> dict[str, float | int | bool]:
     allocator = allocator_of(page_size, pool, need_sort)
     rng = random.Random(0)
@@ -53,27 +75,15 @@ def measure(page_size: int, need_sort: bool, pool: int, chunks: int, steps: int)
     for piece in pieces[:chunks]:
         allocator.free(piece)
     held = pieces[chunks:]
-    reader = KvReader(allocator)
-    state = reader.read()
-    segments = len(state.free_runs)
-    edited, whole, equal = [], [], True
-    for step in range(steps):
-        taken = allocator.alloc(32 * page_size)
+    runs = len(KvReader(allocator).read().free_runs)
+
+    def change(step: int) -> None:
+        assert allocator.alloc(32 * page_size) is not None
         if step % 10 == 0:
             allocator.alloc(2048)
         allocator.free(held.pop(rng.randrange(len(held))))
-        assert taken is not None
-        began = time.perf_counter()
-        state = reader.read()
-        edited.append(time.perf_counter() - began)
-        began = time.perf_counter()
-        fresh = KvReader(allocator).read()
-        whole.append(time.perf_counter() - began)
-        equal &= state == fresh
-    return dict(
-        runs=segments, edited_median=1e3 * statistics.median(edited), edited_worst=1e3 * max(edited),
-        whole_median=1e3 * statistics.median(whole), whole_worst=1e3 * max(whole), whole_reads=reader.whole_reads, equal=equal,
-    )  # fmt: skip
+
+    return {"runs": runs, **both_reads(allocator, change, steps, 1e3)}
 
 
 def measure_small(page_size: int, pool: int, steps: int) -> dict[str, float | int | bool]:
@@ -82,25 +92,14 @@ def measure_small(page_size: int, pool: int, steps: int) -> dict[str, float | in
     allocator = allocator_of(page_size, pool, False)
     rng = random.Random(1)
     held: list[torch.Tensor] = []
-    reader = KvReader(allocator)
-    reader.read()
-    edited, whole, equal = [], [], True
-    for _ in range(steps):
+
+    def change(step: int) -> None:
         if rng.random() < 0.5 and allocator.available_size() > 4 * page_size:
             held.append(allocator.alloc(page_size * rng.choice((1, 1, 1, 2, 4))))
         elif held:
             allocator.free(held.pop(rng.randrange(len(held))))
-        began = time.perf_counter()
-        state = reader.read()
-        edited.append(time.perf_counter() - began)
-        began = time.perf_counter()
-        fresh = KvReader(allocator).read()
-        whole.append(time.perf_counter() - began)
-        equal &= state == fresh
-    return dict(
-        edited_median=1e6 * statistics.median(edited), edited_worst=1e6 * max(edited),
-        whole_median=1e6 * statistics.median(whole), whole_worst=1e6 * max(whole), whole_reads=reader.whole_reads, equal=equal,
-    )  # fmt: skip
+
+    return both_reads(allocator, change, steps, 1e6)
 
 
 def main() -> None:
