@@ -231,8 +231,11 @@ class KvReader:
             change = _front_taken(old, new) or list_change(old.numpy(), new.numpy())
             if change is None:
                 return None
-            removed += change[:1] if len(change[0]) else ()
-            added += change[1:] if len(change[1]) else ()
+            gone, come = change
+            if len(gone):
+                removed.append(gone)
+            if len(come):
+                added.append(come)
         page_size, runs = self._state.page_size, self._state.free_runs
         taken, given = _joined(removed), _joined(added)
         if len(taken) + len(given) > WHOLE_READ_EDITS:  # more pages than ranges: count the ranges
