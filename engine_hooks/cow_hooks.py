@@ -34,6 +34,10 @@ class CowHooks:
         """(pool tensors, their prepared host fold): the engine keeps its pool, prepared once."""
 
     def copy_begin(self, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
+        mode = getattr(forward_batch, "forward_mode", None)
+        if mode is None or not mode.is_extend():  # a decode step's: copy_end keeps nothing of it
+            self._pending = None
+            return
         self._pending = (
             getattr(forward_batch, "mamba_cow_src_indices", None),
             getattr(forward_batch, "mamba_cow_dst_indices", None),
@@ -42,11 +46,10 @@ class CowHooks:
 
     def copy_end(self, ret: Any, runner: Any, forward_batch: Any, /, *args: Any, **kwargs: Any) -> None:
         pending, self._pending = self._pending, None
-        if pending is None:  # copy_begin() failed
+        if pending is None:  # not an extend forward, or copy_begin() failed
             return
         ran = getattr(forward_batch, "mamba_cow_src_indices", None) is None and getattr(forward_batch, "mamba_clear_indices", None) is None
-        mode = getattr(forward_batch, "forward_mode", None)
-        if not ran or mode is None or not mode.is_extend():  # not an extend forward: sglang left the ids for later
+        if not ran:  # sglang left the ids for later
             return
         sources, destinations, cleared = (t if t is not None and t.numel() else None for t in pending)
         copies = 0 if sources is None else sources.numel()

@@ -80,3 +80,17 @@ def test_kept_values_do_not_follow_later_writes_and_stay_on_their_device() -> No
     copied = tensor_runs.kept(device, 2)
     assert isinstance(copied, torch.Tensor) and copied.device == device.device and copied.shape == (2,)
     assert copied._base is None  # a copy of the head, not a view into what sglang rewrites
+
+
+def test_version_of_counts_writes_and_is_none_where_nothing_counts_them() -> None:
+    """A tensor's write counter; None for an inference tensor (the scheduler's loop makes its
+    free lists as those: asking one raises inside torch, so it is not asked) and for a list."""
+    counted = torch.zeros(3, dtype=torch.int64)
+    before = tensor_runs.version_of(counted)
+    counted[0] = 1
+    assert before is not None and tensor_runs.version_of(counted) == before + 1
+    with torch.inference_mode():
+        uncounted = torch.zeros(3, dtype=torch.int64)
+    with pytest.raises(RuntimeError):
+        uncounted._version  # noqa: B018  (what version_of must not run into)
+    assert tensor_runs.version_of(uncounted) is None and tensor_runs.version_of([1, 2]) is None
