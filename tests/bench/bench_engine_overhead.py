@@ -28,7 +28,8 @@ each client received.
 
 `--before-site DIR`: each variant but hooks off runs twice a round, first with the packages
 installed in DIR first on the path (e.g. `pip install --no-deps --target DIR` of the main
-branch), then with this tree's; the table prints both, measured in the same rounds.
+branch), then with this tree's; the table prints both, measured in the same rounds, then each
+round's after / before ratio of hook ms/step (the pair ran back to back).
 
 Run (holds the engine lock): `flock /tmp/mcinspect-engine.lock .venv/bin/python
 tests/bench/bench_engine_overhead.py [--rounds 3] [--requests 200] [--only "A;B"] [--before-site DIR]`
@@ -188,6 +189,17 @@ def main() -> None:
             rate = statistics.median(r.verified_per_s for r in measured)
             taken = statistics.median(r.verify_share for r in measured)
             print(f"{'':<37} {rate:.1f} references/s, {100 * taken:.1f}% of the workload's time")
+    if args.before_site:
+        _print_paired(runs, variants[1:], args.before_site)
+
+
+def _print_paired(runs: dict[tuple[str, str | None], list[Run]], variants: list[str], before_site: str) -> None:
+    """After / before hook ms/step of each round: the two ran back to back, so a machine whose
+    speed drifts between rounds (15% and more here) moves both alike."""
+    print("\nhook ms/step after / before, round by round (median):")
+    for variant in variants:
+        ratios = [a.hook_ms_per_step / b.hook_ms_per_step for a, b in zip(runs[variant, None], runs[variant, before_site])]
+        print(f"{variant:<42} {' '.join(f'{r:.3f}' for r in ratios)}  ({statistics.median(ratios):.3f})")
 
 
 def _label(variant: str, site: str | None, before_site: str | None) -> str:
