@@ -5,7 +5,10 @@ verification by the engine oracle.
 "hooks on" captures on demand (nothing per step while nobody is subscribed). "+ live client"
 streams what a TUI gets by default: captures as often as the inspector's time budget allows
 (MCINSPECT_LIVE_BUDGET, 0.8% of the scheduler's time). "+ every-step client" asks for every step
-(what `mcinspect record` and `check` do). "every step" forces that capture without a client's
+(what `mcinspect record` and `check` do) from when it has connected: the steps the workload ran
+before are not captured (on a fast machine a fifth of them: see its steps captured).
+"+ recording" is `demo --record`: its recorder subscribes before the workload starts, so every
+step is streamed and written to a file. "every step" forces that capture without a client's
 own CPU use, "no fingerprints" is that without slot fingerprints, and "no track-write hooks"
 without the hooks inside the forward that read what it wrote (MCINSPECT_TRACK_WRITES=off): the
 difference in hook ms/step is what checking the forward's writes costs per step.
@@ -43,6 +46,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import NamedTuple
@@ -81,6 +85,8 @@ class Run(NamedTuple):
     frames: int
     """Frames the client received (0 without one)."""
     steps: int
+    captured: int
+    """Steps the engine captured (all but its unobserved ones)."""
     verified_per_s: float = 0.0
     """Reference prefills (cached and working states) a second of workload."""
     verify_share: float = 0.0
@@ -106,9 +112,13 @@ def run(variant: str, requests: int, site: str | None = None) -> Run:
         env["MCINSPECT_FINGERPRINT_BUDGET"] = "0"
     if variant == "every step, no track-write hooks":
         env["MCINSPECT_TRACK_WRITES"] = "off"
+    recording = None
+    if variant == "hooks on + recording":
+        recording = tempfile.NamedTemporaryFile(suffix=".mcrec", delete=False).name
+        command += ["--record", recording]
     done, frames = threading.Event(), []
     client = None
-    if variant.startswith("hooks on + "):
+    if variant in ("hooks on + live client", "hooks on + every-step client"):
         every_step = variant == "hooks on + every-step client"
         client = threading.Thread(target=stream_until, args=(port, done, frames, every_step), daemon=True)
         client.start()
@@ -116,6 +126,8 @@ def run(variant: str, requests: int, site: str | None = None) -> Run:
     done.set()
     if client is not None:
         client.join(10)
+    if recording is not None:
+        os.unlink(recording)
     if result.returncode != 0:
         raise SystemExit(f"{variant}: demo failed: {result.stderr.strip().splitlines()[-1]}")
     summary = json.loads(result.stdout)
@@ -128,6 +140,7 @@ def run(variant: str, requests: int, site: str | None = None) -> Run:
         1000 * hook_seconds / max(stats["step"], 1),
         sum(frames),
         stats["step"],
+        stats["step"] - stats.get("counters", {}).get("unobserved_steps", stats["step"]),
         (verify["verified"] + verify["working"]) / summary["workload_s"],
         verify["busy_seconds"] / summary["workload_s"],
     )
@@ -148,6 +161,7 @@ def main() -> None:
         "every step",
         "hooks on + live client",
         "hooks on + every-step client",
+        "hooks on + recording",
         "verify engine, default budget",
         "verify engine, demo budget",
     ]
@@ -170,7 +184,8 @@ def main() -> None:
             print(
                 f"round {round_ + 1}: {_label(variant, site, args.before_site):<42} {result.tokens_per_s:7.1f} generated tok/s, "
                 f"hooks {result.hook_ms_per_step:5.2f} ms/step = {100 * result.hook_share:4.1f}% of the workload"
-                + (f", client got {result.frames} frames of {result.steps} steps" if result.frames else "")
+                + (f", {result.captured} of {result.steps} steps captured" if variant != "hooks off" else "")
+                + (f", client got {result.frames} frames" if result.frames else "")
                 + (f", {result.verified_per_s:.1f} references/s taking {100 * result.verify_share:.1f}%" if result.verified_per_s else ""),
                 flush=True,
             )
