@@ -105,7 +105,7 @@ class Inspector:
         self.contents = ContentCapture(scheduler)
         self.state_log = state_log
         capture = self.capture
-        self.verifier = Verifier(scheduler, config, state_log, capture.slot_of, capture.path_tokens, capture.state_nodes)
+        self.verifier = Verifier(scheduler, config, state_log, capture.slot_of, capture.path_tokens, capture.state_nodes, sink)
         self.self_check = SelfCheck.from_env()
         self.every_step = config.capture == "every-step" or (not config.capture and self.self_check is not None)
         sink.observed = self.every_step  # nobody can have subscribed yet
@@ -174,7 +174,7 @@ class Inspector:
     def _on_step(self, scheduler: Any, batch: Any) -> None:
         self._step += 1
         sink = self.sink
-        self._verify_turn(idle=False)
+        self.verifier.on_turn(Step(self._step), idle=False)
         due = self._step % SAMPLE_EVERY == 0
         if sink.observed or due:
             self.stats.sample(scheduler.running_batch.reqs if due else None)
@@ -201,7 +201,7 @@ class Inspector:
         """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
         or for subscribers when the live stream's cadence allows; first, a verification turn.
         A subscriber that joined while the engine idled gets the next step's events too."""
-        self._verify_turn(idle=True)
+        self.verifier.on_turn(Step(self._step), idle=True)
         if not self.sink.observed:
             self._plan_next_step()
         news = self.verifier.has_news()  # results of references run while idle: stream them
@@ -211,18 +211,6 @@ class Inspector:
         if self._wanted.is_set() or self.capture.catching_up or (self.publisher.watched and due):
             step = Step(self._step)
             self._capture(scheduler, None, step, self.sink.drain(step))
-
-    def _verify_turn(self, *, idle: bool) -> None:
-        """Give the verifier its turn; the reference's own allocations are not engine events."""
-        if self.verifier.quiet_turn(Step(self._step)):
-            return  # nothing will run (the usual `--verify off` turn): no allocation to hide
-        sink = self.sink
-        observed = sink.observed
-        sink.observed = False
-        try:
-            self.verifier.on_turn(Step(self._step), idle=idle)
-        finally:
-            sink.observed = observed
 
     def _start_verify(self, request: StartVerify) -> Reply:
         try:

@@ -19,7 +19,7 @@ import numpy as np
 
 from mcinspect.schema import Runs
 
-from .tensor_runs import SMALL, free_run_arrays, runs_of_ints
+from .tensor_runs import page_token_runs
 
 
 def list_change(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -51,14 +51,8 @@ def segments(pages: np.ndarray) -> int:
 
 
 def token_ranges(pages: np.ndarray, page_size: int) -> Ranges:
-    """Sorted [start, end) token ranges of `pages`, found as a whole read finds the runs (a
-    page listed twice counts once)."""
-    if not len(pages):
-        return []
-    if len(pages) <= SMALL:  # a decode step's few pages: numpy's fixed cost per call is most of it
-        return [(start * page_size, (start + length) * page_size) for start, length in runs_of_ints(sorted(set(pages.tolist())))]
-    starts, lengths = free_run_arrays(pages, page_size)
-    return list(zip(starts.tolist(), (starts + lengths).tolist()))
+    """Sorted [start, end) token ranges of `pages`, found as a whole read finds the runs."""
+    return [(start, start + length) for start, length in page_token_runs(pages, page_size)]
 
 
 def edit_runs(runs: Runs, removed: Ranges, added: Ranges) -> Runs | None:

@@ -226,8 +226,6 @@ class KvReader:
         removed: list[np.ndarray] = []
         added: list[np.ndarray] = []
         for old, new in zip(self._lists, lists):
-            if new.data_ptr() == old.data_ptr() and new.numel() == old.numel():
-                continue  # the list unchanged (a view of the same memory: e.g. `free_pages[0:]`)
             change = _front_taken(old, new) or list_change(old.numpy(), new.numpy())
             if change is None:
                 return None

@@ -182,9 +182,15 @@ def runs_of_ints(ints: list[int]) -> FrozenRuns:
 def free_token_runs(free_pages: IndexValue, page_size: int) -> Runs:
     """Sorted runs of free token indices from free page ids (token ids when page_size is 1)."""
     flat, _ = host_concat([free_pages])
-    if len(flat) <= SMALL:  # a set dedups a page listed twice (an allocator bug runs cannot express)
-        return [(start * page_size, length * page_size) for start, length in runs_of_ints(sorted(set(flat.tolist())))]
-    starts, lengths = free_run_arrays(flat, page_size)
+    return page_token_runs(flat, page_size)
+
+
+def page_token_runs(pages: np.ndarray, page_size: int) -> Runs:
+    """Sorted (start, length) token runs of a host array of page ids (a page listed twice
+    counts once: an allocator bug runs cannot express)."""
+    if len(pages) <= SMALL:  # a few pages: numpy's fixed cost per call is most of it
+        return [(start * page_size, length * page_size) for start, length in runs_of_ints(sorted(set(pages.tolist())))]
+    starts, lengths = free_run_arrays(pages, page_size)
     return list(zip(starts.tolist(), lengths.tolist()))
 
 

@@ -56,6 +56,7 @@ from . import extensions
 from .config import HooksConfig
 from .contents import slot_prints
 from .cow_map import Frozen
+from .event_sink import EventSink
 from .reference import NoRoom, ReferenceRefused
 from .req_kv import kv_of
 from .state_log import CachedState, StateLog
@@ -117,9 +118,13 @@ class Verifier:
         slot_of: Callable[[int], int | None],
         path_tokens: Callable[[int], list[int] | None],
         state_nodes: Callable[[], list[int]] = lambda: [],
+        sink: EventSink | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.log = log
+        self.sink = sink if sink is not None else EventSink()
+        """The hooks' events, kept out of the step while a reference runs (its own allocations
+        are not engine events)."""
         self.slot_of = slot_of
         """node id -> the mamba slot it holds now (None: gone or no state)."""
         self.path_tokens = path_tokens
@@ -184,10 +189,21 @@ class Verifier:
         """At a step boundary (`idle` False) or an idle turn: take in new states, then run the
         references that are due, if it is safe: one per idle turn, up to MAX_PER_TURN at a busy
         boundary within the budget."""
-        if self.quiet_turn(step):
-            return
+        states = self.log.drain(step)
+        if states:
+            self._take_in(states)
+        if not self._tickets and not self.automatic:
+            return  # the usual `--verify off` turn: nothing asked, nothing to run
         if not self._safe_point(idle):
             return
+        observed, self.sink.observed = self.sink.observed, False
+        try:
+            self._run_due(step, idle)
+        finally:
+            self.sink.observed = observed
+
+    def _run_due(self, step: Step, idle: bool) -> None:
+        """A ticket's, else the automatic references due this turn."""
         ticket = self._next_ticket(step)
         if ticket is not None:
             self._serve_ticket(ticket, step)
@@ -202,14 +218,6 @@ class Verifier:
             if job is None:
                 return
             self._run(job, step, idle)
-
-    def quiet_turn(self, step: Step) -> bool:
-        """Take in the states inserted since the last turn; True when no reference can run this
-        turn (`mcinspect verify` asks for none, and `--verify off`): the turn is over."""
-        states = self.log.drain(step)
-        if states:
-            self._take_in(states)
-        return not self._tickets and not self.automatic
 
     def _safe_point(self, idle: bool) -> bool:
         """No forward in flight: CPU forwards are synchronous; elsewhere, idle or nothing queued."""
