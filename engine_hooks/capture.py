@@ -174,6 +174,8 @@ class Capture:
         vectorised compare finds what moved, where sets of a 100k-slot pool took ms a step."""
         self._free_source: tuple[Any, int | bytes | None] | None = None
         """The free list `_free` was read from, and its version or values (`_read_free`)."""
+        self.free_list_reads = 0
+        """Reads of a free list that had moved (`_read_free`): the pool's occupancy moves only then."""
         self._admission: set[int] = set()
         self._arena: dict[int, Any] | None = None
         self._max_node_id = -1
@@ -520,6 +522,7 @@ class Capture:
         seen = self._free_source
         if seen is not None and seen[0] is listed and _unchanged(listed, seen[1]):
             return self._free
+        self.free_list_reads += 1
         size = self.size
         slots, _ = host_concat([listed])
         free = np.zeros(size + 1, dtype=bool)

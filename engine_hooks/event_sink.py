@@ -145,8 +145,9 @@ class EventSink:
             self._flush_eviction()
 
     def _flush_eviction(self) -> None:
-        eviction, self._eviction = self._eviction, _Eviction()
-        if eviction:
+        eviction = self._eviction
+        if eviction:  # most steps evict nothing: no new _Eviction for them
+            self._eviction = _Eviction()
             nodes = [NodeId(n) for n in dict.fromkeys(eviction.nodes)]
             self.emit(EvictEvent, nodes=nodes, slots=DeferredSlots(eviction.slots), tokens=eviction.tokens)
 

@@ -175,9 +175,8 @@ class Inspector:
         self._step += 1
         sink = self.sink
         self.verifier.on_turn(Step(self._step), idle=False)
-        due = self._step % SAMPLE_EVERY == 0
-        if sink.observed or due:
-            self.stats.sample(scheduler.running_batch.reqs if due else None)
+        if self._step % SAMPLE_EVERY == 0:
+            self.stats.sample(scheduler.running_batch.reqs)
             self.server.ensure_serving()
         if sink.observed:  # planned at the previous boundary: its hooks kept evidence
             step = Step(self._step)
@@ -227,8 +226,11 @@ class Inspector:
     def _capture(self, scheduler: Any, batch: Any, step: Step, events: list[Event]) -> bool:
         """Capture and publish `step`; False when a catch-up still runs (nothing published)."""
         began = time.perf_counter()
+        reads = self.capture.free_list_reads
         with self._lock:  # snapshots and stats replies read the same state on the request thread
             parts = self.capture.step(step, batch)
+            if self.capture.free_list_reads != reads:  # slots taken or given back: a peak can only be here
+                self.stats.sample(None)
             if parts is None:  # a catch-up spread over steps (catch_up.py): this step is not published
                 return False
             owners = self.capture.tree_owners()

@@ -145,10 +145,10 @@ class StateLog:
 
     def drain(self, step: Step) -> list[CachedState]:
         """The states inserted since the last drain, with their origins (one device copy)."""
+        if not self._plans and not self._inserts:  # most steps: nothing to take in, nothing to allocate
+            return []
         plans, self._plans = self._plans, []
         inserts, self._inserts = self._inserts, []
-        if not plans and not inserts:
-            return []
         ints = ints_of_many([p.slot for p in plans] + [i.slot for i in inserts])
         for plan, slot in zip(plans, ints[: len(plans)]):
             if slot:

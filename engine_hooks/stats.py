@@ -1,7 +1,8 @@
 """Running counters of one scheduler process for the demo summary and `mcinspect info`.
 
 Nothing here runs at every step: the inspector samples the pool's occupancy on captured steps
-and every SAMPLE_EVERY-th step (O(1)), the running requests' slots every SAMPLE_EVERY-th step
+whose mamba free list moved (the only steps it can peak in) and every SAMPLE_EVERY-th step
+(O(1)), the running requests' slots every SAMPLE_EVERY-th step
 (O(running requests)); evictions are counted by the EventSink as they happen; the slots in use
 are read when asked."""
 
@@ -20,7 +21,7 @@ from .tensor_runs import ints_of_many
 SAMPLE_EVERY = 16
 """The running requests' slots are sampled this often, observed or not (the layouts and the
 distribution of slots per request do not need every step; the hooks' cost does), the pool's
-occupancy on every captured step too."""
+occupancy on every captured step whose free list moved too."""
 
 
 class StatsCollector:

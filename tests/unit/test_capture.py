@@ -288,6 +288,24 @@ def test_unchanged_step_is_empty(hooks: tuple[EventSink, ErrorCounter]) -> None:
     assert capture.step(Step(1)).is_empty()
 
 
+def test_free_list_reads_count_the_steps_whose_mamba_free_list_moved(hooks: tuple[EventSink, ErrorCounter]) -> None:
+    """The inspector samples the pool's peak occupancy at these steps only (the slots in use
+    change with the free list alone)."""
+    sink, _ = hooks
+    scheduler = build_cache()
+    drive = Driver(scheduler)
+    capture = Capture(scheduler, sink)
+    capture.full_state(Step(0))
+    reads = capture.free_list_reads
+    capture.step(Step(1))
+    assert capture.free_list_reads == reads  # nothing moved
+    drive.insert(list(range(16)))  # takes a slot
+    capture.step(Step(2))
+    assert capture.free_list_reads == reads + 1
+    capture.step(Step(3))
+    assert capture.free_list_reads == reads + 1
+
+
 def test_an_inference_mode_free_list_is_compared_not_trusted(hooks: tuple[EventSink, ErrorCounter]) -> None:
     """The scheduler's loop runs in inference mode: its free lists keep no version counter, so
     an unchanged one is recognised by its values, and an edit in place is still seen."""

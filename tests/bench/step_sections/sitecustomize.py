@@ -6,8 +6,9 @@ acts only where the profile asked for it (STEP_SECTIONS_OUT) and an inspector ru
 books its time to the kind of the step it ran in: that of the batch the step boundary last saw
 ("decode", "extend", "idle" before the first): a hook inside a forward runs before the
 boundary of its own step, so it is booked to the kind of the one before. Every hook body is
-timed too (by its name, through the hook guard). Totals go to STEP_SECTIONS_OUT every
-DUMP_EVERY boundaries (the engine's processes may end without running exit handlers).
+timed too (by its name, through the hook guard). A thread writes the totals to
+STEP_SECTIONS_OUT every DUMP_EVERY_S (the engine's processes may end without running exit
+handlers; written from a step hook, they would be booked to it).
 
 With STEP_SECTIONS_CALLS=1 the sections are not timed; instead the function calls (Python and
 C, through `sys.setprofile`) made inside the step boundary's hook are counted, per kind of step.
@@ -19,6 +20,8 @@ import functools
 import json
 import os
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from time import perf_counter
@@ -26,7 +29,7 @@ from typing import Any
 
 OUT_ENV = "STEP_SECTIONS_OUT"
 CALLS_ENV = "STEP_SECTIONS_CALLS"
-DUMP_EVERY = 50
+DUMP_EVERY_S = 0.5
 SECTIONS = (
     ("inspector", "Inspector._on_step"),
     ("inspector", "Inspector._capture"),
@@ -59,7 +62,6 @@ totals: dict[str, list[float]] = {}
 calls: Counter[str] = Counter()
 """'calls/step kind' -> calls made inside the step boundary's hook (STEP_SECTIONS_CALLS)."""
 kind = ["idle"]
-boundaries = [0]
 
 
 def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -109,14 +111,20 @@ def install_sections(out: str, count: bool) -> None:
             on_step(self, scheduler, batch)
         finally:
             sys.setprofile(None)
-        boundaries[0] += 1
         entry = totals.setdefault(f"Inspector.on_step/{kind[0]}", [0, 0.0])
         entry[0] += 1
-        if boundaries[0] % DUMP_EVERY == 0:
-            with open(out, "w") as f:
-                json.dump({**totals, **{key: [n, 0.0] for key, n in calls.items()}}, f)
 
     Inspector.on_step = counted
+
+    def dump() -> None:
+        while True:
+            time.sleep(DUMP_EVERY_S)
+            figures = {**{key: list(value) for key, value in list(totals.items())}, **{key: [n, 0.0] for key, n in list(calls.items())}}
+            with open(out + ".part", "w") as f:
+                json.dump(figures, f)
+            os.replace(out + ".part", out)
+
+    threading.Thread(target=dump, name="step-sections-dump", daemon=True).start()
 
 
 def install(out: str, count: bool) -> None:
