@@ -119,6 +119,8 @@ def install_sections(out: str, count: bool) -> None:
     def dump() -> None:
         while True:
             time.sleep(DUMP_EVERY_S)
+            if not any(key.startswith("Inspector.on_step/") for key in list(totals)):
+                continue  # not the scheduler (every engine process loads the plugin): leave the file to it
             figures = {**{key: list(value) for key, value in list(totals.items())}, **{key: [n, 0.0] for key, n in list(calls.items())}}
             with open(out + ".part", "w") as f:
                 json.dump(figures, f)
