@@ -71,13 +71,13 @@ def table(runs: list[tuple[str, dict[str, list[float]], dict[str, float]]]) -> N
         return -sum(last.get(f"{name}/{kind}", [0, 0.0])[1] for kind in KINDS)
 
     for name in sorted(names, key=weight):
-        cells = []
-        for (_, totals, _), counts in zip(runs, steps):
-            for kind in KINDS:
-                seconds = totals.get(f"{name}/{kind}", [0, 0.0])[1]
-                cells.append(f" {1e6 * seconds / max(counts[kind], 1):16.1f}")
-        if any(float(cell) >= 0.5 for cell in cells):
-            print(f"{name[:44]:<44}{''.join(cells)}")
+        per_step = [
+            1e6 * totals.get(f"{name}/{kind}", [0, 0.0])[1] / max(counts[kind], 1)
+            for (_, totals, _), counts in zip(runs, steps)
+            for kind in KINDS
+        ]
+        if max(per_step) >= 0.5:
+            print(f"{name[:44]:<44}{''.join(f' {us:16.1f}' for us in per_step)}")
 
 
 def main() -> None:
