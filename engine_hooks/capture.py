@@ -12,7 +12,7 @@ deltas whose cost scales with what changed.
   claims changed; a slot's claims depend on nothing else, so they are rebuilt for those slots
   only;
 - requests: re-read every step (O(held requests)); a row's KV runs are re-read only from
-  where the row grew;
+  where the row grew, and a record that only decoding moved is sent as that growth;
 - KV: re-read only if the allocator bound a new free list (O(free pages), vectorised).
 
 On sglang's Rust tree core there are no node hooks: each step re-reads the request paths and
@@ -49,7 +49,7 @@ import gc
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,7 @@ from mcinspect.schema import (
     KvState,
     NodeId,
     NodeRecord,
+    RequestGrowth,
     RequestRecord,
     Rid,
     Seq,
@@ -99,9 +100,10 @@ class DeltaParts:
     removed_requests: list[Rid]
     kv: KvState | None
     """The allocator state if it changed, else None."""
+    grown_requests: list[RequestGrowth] = field(default_factory=list)
 
     def is_empty(self) -> bool:
-        parts = (self.upsert_nodes, self.removed_nodes, self.slots, self.upsert_requests, self.removed_requests)
+        parts = (self.upsert_nodes, self.removed_nodes, self.slots, self.upsert_requests, self.removed_requests, self.grown_requests)
         return not any(parts) and self.kv is None
 
     def to_delta(
@@ -129,6 +131,7 @@ class DeltaParts:
             counters=counters,
             contents=contents if contents is not None else {},
             removed_contents=removed_contents if removed_contents is not None else [],
+            grown_requests=self.grown_requests,
         )
 
 
@@ -346,7 +349,7 @@ class Capture:
             upserts, removed = self._rust_nodes(held)
             changed_slots = self._apply_nodes(upserts, removed)
         owner_changes = self._move_owners(changed_slots) if catch_up is None else catch_up.owner_changes
-        upsert_requests, removed_requests, claims_moved = self._apply_requests(held)
+        upsert_requests, grown_requests, removed_requests, claims_moved = self._apply_requests(held)
         changed_slots |= claims_moved
 
         admission = set(self.sink.admission_slots())
@@ -371,7 +374,7 @@ class Capture:
                 kv = self._kv = now
         self._step = step
         self.owner_changes = owner_changes
-        return DeltaParts(upserts, removed, slots, upsert_requests, removed_requests, kv)
+        return DeltaParts(upserts, removed, slots, upsert_requests, removed_requests, kv, grown_requests)
 
     def _advance(self, catch_up: CatchUp) -> bool:
         """Read the catch-up's nodes, then rebuild its slots, in chunks while the next would end
@@ -410,13 +413,13 @@ class Capture:
             return False
         return catch_up.done
 
-    def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[Rid], set[int]]:
-        """Move the request baseline: (upserts, removed, slots whose request claims changed)."""
-        records, self._req_claims, moved, upserts = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
+    def _apply_requests(self, held: dict[Rid, HeldRequest]) -> tuple[list[RequestRecord], list[RequestGrowth], list[Rid], set[int]]:
+        """Move the request baseline: (upserts, growths, removed, slots whose request claims changed)."""
+        records, self._req_claims, moved, upserts, grown = self._request_reader.read(held, self._pools.session_kv(self.tree_cache))
         old = self._requests
         removed = [rid for rid in old if rid not in records]
         self._requests = records
-        return upserts, removed, moved
+        return upserts, grown, removed, moved
 
     # --- nodes ---
 

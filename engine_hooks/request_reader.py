@@ -6,7 +6,9 @@ the tail of its KV row; its slots, mirrors and track fields change only at alloc
 donate and free. So each request's values are read once a step and compared with the last
 read: a record is reused when nothing moved, copied with the new lengths when only they moved
 (`msgspec.structs.replace`), built afresh otherwise; claims are rebuilt only for a request
-whose slot values moved, and only the slots they touch are re-sorted.
+whose slot values moved, and only the slots they touch are re-sorted. A record that only
+decoding moved goes out as a RequestGrowth (its lengths and the KV runs added), not whole: at
+page size 1 its `kv_runs` hold a run per decoded token.
 
 The slot tensors themselves are re-read every step: sglang writes the ping-pong buffer in place
 and the scheduler's own tensors are inference tensors (no version counter). On the host they are
@@ -23,7 +25,7 @@ import msgspec
 import numpy as np
 import torch
 
-from mcinspect.schema import NodeId, RequestRecord, Rid, SlotClaim, SlotId
+from mcinspect.schema import NodeId, RequestGrowth, RequestRecord, Rid, SlotClaim, SlotId
 
 from .req_kv import FlatKv, fields_of, node_id_of, prefix_len_of
 from .tensor_runs import FrozenRuns, HostViews, host_view, ints_of_many, runs_of_ints, version_of
@@ -86,7 +88,9 @@ class Read(NamedTuple):
     moved: set[int]
     """Slots whose claims changed."""
     upserts: list[RequestRecord]
-    """Records that differ from the last read's (in `records`' order)."""
+    """Records that differ from the last read's (in `records`' order), but those in `grown`."""
+    grown: list[RequestGrowth]
+    """Records that only decoding moved from the last read's, as that move."""
 
 
 class RequestReader:
@@ -125,6 +129,7 @@ class RequestReader:
             ints = self._device_ints(plans)
         records: dict[Rid, RequestRecord] = {}
         upserts: list[RequestRecord] = []
+        grown: list[RequestGrowth] = []
         last_records = self._records
         seen_now: dict[Rid, _Seen] = {}
         changed: list[tuple[Rid, tuple[SlotClaim, ...], tuple[SlotClaim, ...]]] = []
@@ -135,13 +140,15 @@ class RequestReader:
                 _update_session(rid, kv, seen, values)
             else:
                 kept = seen.record
-                record, differs = _update(rid, h, kv, seen, values, row, end)
+                record, change = _update(rid, h, kv, seen, values, row, end)
                 records[rid] = record
-                if differs:
+                if change:
                     # `_update` tells its record from the one it kept; from the last read's, when
                     # that is another (`seen` is new) or none, only a compare can.
                     last = last_records.get(rid)
-                    if last is kept or last is None or record != last:
+                    if last is kept and change is not True:
+                        grown.append(change)
+                    elif last is kept or last is None or record != last:
                         upserts.append(record)
             if seen.claims is not before:
                 changed.append((rid, before, seen.claims))
@@ -149,7 +156,7 @@ class RequestReader:
         moved = self._rebuild_claims(seen_now.values()) if fresh else _move_claims(self._claims, changed)
         self._seen, self._records = seen_now, records
         self._consistent = True
-        return Read(records, self._claims, moved, upserts)
+        return Read(records, self._claims, moved, upserts, grown)
 
     def _host_ints(self, plans: list[_Plan]) -> list[Ints] | None:
         """Every request's values through numpy views; None when a tensor is off the host."""
@@ -243,12 +250,18 @@ def _plan(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen) -> _Plan:
     return rid, held, kv, seen, row, 0, allocated
 
 
-def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row: Any, end: int) -> tuple[RequestRecord, bool]:
-    """Bring `seen` up to date with this step's values; returns the request's record, and
-    whether it differs from the one `seen` kept (True when it kept none)."""
+def _update(
+    rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row: Any, end: int
+) -> tuple[RequestRecord, RequestGrowth | bool]:
+    """Bring `seen` up to date with this step's values; returns the request's record, and how it
+    differs from the one `seen` kept: not (False), by decoding alone (the RequestGrowth that
+    makes the kept record this one), or otherwise (True; also when it kept none)."""
     working, ping_pong, cow, working_mirror, ping_pong_mirror, tail = values
+    before = seen.runs
+    added: FrozenRuns = ()
     if tail:
-        seen.runs = _append(seen.runs, tail)
+        added = ((tail[0], 1),) if len(tail) == 1 else runs_of_ints(tail)
+        seen.runs = _join(before, added)
         seen.row_len = end
     req = held.req
     key = (
@@ -258,19 +271,23 @@ def _update(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen, values: Ints, row
     )  # fmt: skip
     lengths = (len(req.output_ids), kv.kv_committed_len, kv.kv_allocated_len)
     record = kept = seen.record
+    change: RequestGrowth | bool
     if key != seen.key or record is None:
         if seen.key is None or key[:_CLAIM_FIELDS] != seen.key[:_CLAIM_FIELDS]:
             seen.claims = tuple(_claims(rid, *key[:_CLAIM_FIELDS]))
         record = _record(rid, held, kv, key, seen.runs, lengths)
-        differs = kept is None or record != kept  # a key field the record does not show may have moved
+        change = kept is None or record != kept  # a key field the record does not show may have moved
     elif lengths != seen.lengths or record.kv_runs is not seen.runs:
         output_len, committed, allocated = lengths
         record = msgspec.structs.replace(record, output_len=output_len, committed_len=committed, allocated_len=allocated, kv_runs=seen.runs)
-        differs = lengths != seen.lengths or record.kv_runs != kept.kv_runs
+        if kept.kv_runs is before:  # the kept runs and this step's: the growth says all
+            change = RequestGrowth(rid, output_len, committed, allocated, added)  # type: ignore[arg-type]  # tuples encode as the schema's list
+        else:  # the row was read afresh (moved, retracted)
+            change = lengths != seen.lengths or record.kv_runs != kept.kv_runs
     else:
-        differs = False
+        change = False
     seen.key, seen.lengths, seen.record = key, lengths, record
-    return record, differs
+    return record, change
 
 
 def _claim_key(kv: Any, working: list[int], ping_pong: list[int], cow: list[int]) -> tuple[Any, ...]:
@@ -359,15 +376,6 @@ def _split_rows(rows: list[int | None], working: list[int], ping_pong: list[int]
         )
         index += 1
     return out
-
-
-def _append(runs: FrozenRuns, ints: list[int]) -> FrozenRuns:
-    """`runs` followed by the KV indices `ints` (mostly one, continuing the last run)."""
-    if len(ints) == 1 and runs:
-        start, length = runs[-1]
-        if start + length == ints[0]:
-            return (*runs[:-1], (start, length + 1))
-    return _join(runs, runs_of_ints(ints))
 
 
 def _join(head: FrozenRuns, tail: FrozenRuns) -> FrozenRuns:

@@ -33,7 +33,7 @@ import msgspec
 
 from .errors import McinspectError, one_line
 from .replay import Frame, Replay
-from .schema import SCHEMA_VERSION, CacheState, Delta, EngineInfo, Snapshot, Step, copy_state
+from .schema import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION, CacheState, Delta, EngineInfo, Snapshot, Step, copy_state
 from .untrusted import DecodeFailed, decode, max_message_bytes
 
 MAGIC = b"\x89MCIREC\n"
@@ -290,12 +290,16 @@ class RecordingReader:
             probe = decode(_header_probe, raw, DecodeFailed)
         except DecodeFailed as exc:
             raise RecordingCorrupt(f"{self.path}: the header does not decode ({exc}): the file is damaged") from None
-        for what, theirs, ours in (("recording format", probe.format, FORMAT), ("schema version", probe.schema_version, SCHEMA_VERSION)):
+        checked = (
+            ("recording format", probe.format, FORMAT, FORMAT),
+            ("schema version", probe.schema_version, OLDEST_READABLE_SCHEMA, SCHEMA_VERSION),
+        )
+        for what, theirs, oldest, ours in checked:
             if theirs > ours:
                 raise RecordingVersionError(f"{self.path} has {what} {theirs}, newer than this mcinspect's {ours}: upgrade mcinspect")
-            if theirs < ours:
+            if theirs < oldest:
                 raise RecordingVersionError(
-                    f"{self.path} has {what} {theirs}, older than this mcinspect's {ours}: replay it with the mcinspect that wrote it"
+                    f"{self.path} has {what} {theirs}, older than the oldest this mcinspect reads ({oldest}): replay it with the mcinspect that wrote it"
                 )
         if probe.compression not in ("none", "zstd"):
             raise RecordingCorrupt(f"{self.path}: unknown compression {probe.compression!r}: the file is damaged")

@@ -19,8 +19,11 @@ from typing import Literal, NewType
 
 import msgspec
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped on any incompatible change of the structs below."""
+OLDEST_READABLE_SCHEMA = 2
+"""Files (recordings, snapshots) from this schema version on decode as this one's: 3 only added
+`Delta.grown_requests`, with a default. The live wire takes SCHEMA_VERSION alone."""
 
 MAX_REQUEST_BYTES = 64 * 1024
 """Requests larger than this are rejected unread: no client request needs more."""
@@ -145,6 +148,20 @@ class RequestRecord(msgspec.Struct, frozen=True):
     """The device mirrors the forward reads its slots from (`req_index_to_mamba_index_mapping[row]`,
     `req_index_to_mamba_ping_pong_track_buffer_mapping[row]`): -1 / [] without a row or mirror."""
     ping_pong_mirror: list[SlotId] = []
+
+
+class RequestGrowth(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A request whose record moved only as decoding moves it: its new lengths and the KV runs
+    its row grew by. Sent instead of the whole record, whose `kv_runs` (a run per decoded token
+    at page size 1: each decode step takes one token per row of one contiguous allocation) made
+    every delta grow with every running request's length."""
+
+    rid: Rid
+    output_len: int
+    committed_len: int
+    allocated_len: int
+    added_runs: Runs
+    """Runs appended to the record's `kv_runs`; the first joins its last when contiguous."""
 
 
 class KvState(msgspec.Struct, frozen=True):
@@ -521,6 +538,8 @@ class Delta(_Message):
     """New fingerprints taken at this step's boundary."""
     removed_contents: list[SlotId] = []
     """Slots whose fingerprint no longer describes them (they left the tree)."""
+    grown_requests: list[RequestGrowth] = []
+    """Requests that only decoded since their last record (applied after `upsert_requests`)."""
 
 
 class History(_Message):
@@ -671,11 +690,34 @@ def apply_delta(state: CacheState, delta: Delta) -> None:
         state.requests.pop(rid, None)
     for request in delta.upsert_requests:
         state.requests[request.rid] = request
+    for growth in delta.grown_requests:
+        record = state.requests.get(growth.rid)
+        if record is not None:  # absent only past a seq gap, which its reader reports already
+            state.requests[growth.rid] = grown(record, growth)
     if delta.kv is not None:
         state.kv = delta.kv
     for slot in delta.removed_contents:
         state.contents.pop(slot, None)
     state.contents.update(delta.contents)
+
+
+def grown(record: RequestRecord, growth: RequestGrowth) -> RequestRecord:
+    """`record` as `growth` moved it (a new record: records are never edited)."""
+    return msgspec.structs.replace(
+        record,
+        output_len=growth.output_len,
+        committed_len=growth.committed_len,
+        allocated_len=growth.allocated_len,
+        kv_runs=join_runs(record.kv_runs, growth.added_runs),
+    )
+
+
+def join_runs(head: Runs, tail: Runs) -> Runs:
+    """`head` followed by `tail`, the first run of `tail` merged into the last of `head` when it
+    continues it (as runs of the joined index list are)."""
+    if head and tail and head[-1][0] + head[-1][1] == tail[0][0]:
+        return [*head[:-1], (head[-1][0], head[-1][1] + tail[0][1]), *tail[1:]]
+    return [*head, *tail]
 
 
 def copy_state(state: CacheState) -> CacheState:

@@ -12,7 +12,7 @@ import os
 import msgspec
 
 from .errors import McinspectError
-from .schema import SCHEMA_VERSION, Snapshot
+from .schema import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION, Snapshot
 from .untrusted import DecodeFailed, decode, max_message_bytes
 
 JSON_EXPANSION = 4
@@ -66,12 +66,14 @@ def parse_snapshot(data: bytes, name: str = "snapshot") -> Snapshot:
         what = f"a {probe.type} message" if probe.type else "no message type"
         raise SnapshotCorrupt(f"{name} holds {what}, not a Snapshot: write one with `mcinspect snapshot PORT -o FILE`")
     version = probe.schema_version
-    if version != SCHEMA_VERSION:
+    if version is None or not OLDEST_READABLE_SCHEMA <= version <= SCHEMA_VERSION:
         if version is not None and version > SCHEMA_VERSION:
             fix = "upgrade mcinspect to read it"
         else:
             fix = "read it with the mcinspect that wrote it, or take a new snapshot"
-        raise SnapshotVersionError(f"{name} has schema version {version}, this mcinspect reads {SCHEMA_VERSION}: {fix}")
+        raise SnapshotVersionError(
+            f"{name} has schema version {version}, this mcinspect reads {OLDEST_READABLE_SCHEMA} to {SCHEMA_VERSION}: {fix}"
+        )
     # Same reason as schema.decode_reply: millions of acyclic records, collections would triple the time.
     enabled = gc.isenabled()
     gc.disable()

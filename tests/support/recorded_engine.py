@@ -23,12 +23,14 @@ class RecordedEngine:
     def __init__(self, name: str, port: int = 0, host: str = "127.0.0.1") -> None:
         """`port`: its request port on `host` (the stream on the next one), else any free one."""
         reader = RecordingReader(RECORDINGS / f"{name}.mcrec")
-        first, *self.deltas = list(reader)
+        # Served as this schema's engine serves them: a recording of an older readable schema
+        # decodes into this one's messages, its version field aside.
+        first, *self.deltas = (msgspec.structs.replace(frame, schema_version=SCHEMA_VERSION) for frame in reader)
         assert isinstance(first, Snapshot) and all(isinstance(d, Delta) for d in self.deltas)
         self.snapshot = first
         self.publisher = Publisher(host, port + 1 if port else 0)
         assert reader.info is not None
-        info = msgspec.structs.replace(reader.info, request_port=port, stream_port=self.publisher.port)
+        info = msgspec.structs.replace(reader.info, schema_version=SCHEMA_VERSION, request_port=port, stream_port=self.publisher.port)
         self.server = RequestServer(
             host, port, token="", info=info, snapshot=lambda: first, history=self.publisher.history_after, stats=self._stats
         )

@@ -16,7 +16,9 @@ patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only
 from array import array  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
+from typing import TypeVar  # noqa: E402
 
+import msgspec  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from cache_driver import Driver  # noqa: E402
@@ -48,6 +50,8 @@ from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
 from mcinspect_engine_hooks.pools_0523 import mamba_allocator  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
+
+T = TypeVar("T")
 
 FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
 SLOTS = 40
@@ -133,18 +137,24 @@ class Stepper:
     def __init__(self, scheduler: SimpleNamespace, sink: EventSink) -> None:
         self.scheduler, self.sink = scheduler, sink
         self.capture = Capture(scheduler, sink)
-        self.state = self.capture.full_state(Step(0))
+        self.state = as_sent(self.capture.full_state(Step(0)))
         self.parts: DeltaParts | None = None
         self.n = 0
 
     def step(self) -> CacheState:
-        """Capture a step, apply its delta, check it equals a fresh full read; return it."""
+        """Capture a step, apply its delta as sent, check it equals a fresh full read as sent;
+        return it."""
         self.n += 1
         self.parts = self.capture.step(Step(self.n))
         delta = self.parts.to_delta(seq=Seq(self.n), step=Step(self.n), events=[], counters=Counters())
-        apply_delta(self.state, delta)
-        assert self.state == fresh_state(self.scheduler, self.sink, self.n)
+        apply_delta(self.state, as_sent(delta))
+        assert self.state == as_sent(fresh_state(self.scheduler, self.sink, self.n))
         return self.state
+
+
+def as_sent(message: T) -> T:
+    """`message` as a client decodes it (the engine's tuples are lists there)."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(message), type=type(message))
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
@@ -176,6 +186,10 @@ def test_deltas_reproduce_full_states(hooks: tuple[EventSink, ErrorCounter], pag
     drive.prefill(a, 40)
     drive.decode(a, [1, 2, 3])
     steps.step()
+    drive.decode(a, [4])  # decoding alone: the record goes out as its growth
+    state = steps.step()
+    assert steps.parts is not None and not steps.parts.upsert_requests
+    assert [(g.rid, g.output_len, g.allocated_len) for g in steps.parts.grown_requests] == [(a.rid, 4, 44)]
     drive.finish(a)  # the last tracked state goes to the tree
     state = steps.step()
     assert a.rid not in state.requests

@@ -21,6 +21,7 @@ from mcinspect.recording import (
     StepNotRecorded,
 )
 from mcinspect.schema import (
+    OLDEST_READABLE_SCHEMA,
     SCHEMA_VERSION,
     CacheState,
     Counters,
@@ -269,9 +270,11 @@ def test_future_and_past_versions_name_the_fix(tmp_path: Path) -> None:
     write_header(path, format=FORMAT + 1)
     with pytest.raises(RecordingVersionError, match="recording format"):
         RecordingReader(path)
-    write_header(path, schema_version=SCHEMA_VERSION - 1)
+    write_header(path, schema_version=OLDEST_READABLE_SCHEMA - 1)
     with pytest.raises(RecordingVersionError, match="older"):
         RecordingReader(path)
+    write_header(path, schema_version=OLDEST_READABLE_SCHEMA)  # its messages decode as this schema's
+    assert RecordingReader(path).header.schema_version == OLDEST_READABLE_SCHEMA
 
 
 def test_compression_needs_zstandard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -302,7 +305,11 @@ def test_snapshot_file_round_trip_and_errors(tmp_path: Path) -> None:
             SnapshotVersionError,
             "upgrade mcinspect",
         ),
-        (msgspec.json.encode({**msgspec.to_builtins(data), "schema_version": SCHEMA_VERSION - 1}), SnapshotVersionError, "new snapshot"),
+        (
+            msgspec.json.encode({**msgspec.to_builtins(data), "schema_version": OLDEST_READABLE_SCHEMA - 1}),
+            SnapshotVersionError,
+            "new snapshot",
+        ),
         (msgspec.json.encode({**msgspec.to_builtins(data), "state": {"step": "x"}}), SnapshotCorrupt, "damaged snapshot"),
     ]
     for payload, error, words in cases:

@@ -13,7 +13,9 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 from cache_driver import Driver  # noqa: E402
+from msgspec.msgpack import encode  # noqa: E402
 
+from mcinspect.schema import grown  # noqa: E402
 from mcinspect_engine_hooks.pools_0523 import held_requests, session_kv  # noqa: E402
 from mcinspect_engine_hooks.request_reader import Read, RequestReader  # noqa: E402
 
@@ -33,24 +35,37 @@ def read(reader: RequestReader, scheduler: SimpleNamespace) -> Read:
 
 class Checked:
     """One reader kept across steps; each read compared with fresh readers' (host and device
-    paths), its `moved` with the claim lists that really changed, and its `upserts` with the
-    records that differ from the last read's."""
+    paths), its `moved` with the claim lists that really changed, and its `upserts` and `grown`
+    with the records that differ from the last read's: applied to those as a client applies
+    them (schema.apply_delta), they give this read's records."""
 
     def __init__(self, scheduler: SimpleNamespace) -> None:
         self.scheduler = scheduler
         self.reader = RequestReader(scheduler.req_to_token_pool)
         self.claims: dict[int, list[Any]] = {}
         self.records: dict[Any, Any] = {}
+        self.grown: list[Any] = []
+        """The last read's growths."""
 
     def read(self) -> tuple[dict[Any, Any], set[int]]:
-        records, claims, moved, upserts = read(self.reader, self.scheduler)
+        records, claims, moved, upserts, self.grown = read(self.reader, self.scheduler)
         for fresh_reader in (RequestReader, DeviceCopyReader):
             fresh_records, fresh_claims, *_ = read(fresh_reader(self.scheduler.req_to_token_pool), self.scheduler)
             assert records == fresh_records and list(records) == list(fresh_records)
             assert claims == fresh_claims
         before = self.claims
         assert moved == {slot for slot in before.keys() | claims.keys() if before.get(slot) != claims.get(slot)}
-        assert upserts == [record for rid, record in records.items() if self.records.get(rid) != record]
+        changed = {rid for rid, record in records.items() if self.records.get(rid) != record}
+        assert not {r.rid for r in upserts} & {g.rid for g in self.grown}
+        assert {r.rid for r in upserts} | {g.rid for g in self.grown} == changed
+        assert upserts == [record for rid, record in records.items() if rid in changed and rid in {r.rid for r in upserts}]
+        applied = dict(self.records)
+        for record in upserts:
+            applied[record.rid] = record
+        for growth in self.grown:
+            applied[growth.rid] = grown(applied[growth.rid], growth)
+        # as encoded: the engine's runs are tuples, the client's lists
+        assert {rid: encode(applied[rid]) for rid in records} == {rid: encode(r) for rid, r in records.items()}
         self.claims = {slot: list(listed) for slot, listed in claims.items()}
         self.records = dict(records)
         return records, moved
@@ -74,8 +89,12 @@ def test_incremental_reads_equal_fresh_reads() -> None:
         for token in range(5):
             drive.decode(a, [token])
             drive.decode(b, [token])
-            records, moved = checked.read()  # lengths and KV runs only
+            records, moved = checked.read()  # lengths and KV runs only: sent as growths
             assert records[a.rid].output_len == token + 1 and moved == set()
+            assert [(g.rid, g.output_len) for g in checked.grown] == [(a.rid, token + 1), (b.rid, token + 1)]
+            # the two rows take one token each in turn (page size 1): a's first continues its
+            # prompt's run, each later one is a run of its own
+            assert [len(g.added_runs) for g in checked.grown] == [1, 1] and len(records[a.rid].kv_runs) == 1 + token
         drive.prefill(b, 32)  # tracked: b's ping-pong entries move
         records, moved = checked.read()
         assert records[b.rid].last_track_seqlen == 32 and moved

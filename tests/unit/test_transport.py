@@ -39,6 +39,7 @@ from mcinspect.schema import (
     KvState,
     NodeId,
     NodeRecord,
+    RequestGrowth,
     RequestRecord,
     Rid,
     SlotClaim,
@@ -128,11 +129,23 @@ def _random_delta(rng: random.Random, state: CacheState, seq: int, *, nodes: int
     slot = SlotId(rng.randrange(1, SLOTS + 1))
     claim = SlotClaim(slot=slot, kind=rng.choice(["free", "tree", "working", "ping_pong"]), node=NodeId(rng.randrange(NODE_IDS)))
     rid = f"r{rng.randrange(10)}"
+    upsert_requests = [_request(rng, rid)] if rng.random() < 0.5 else []
+    removed_requests = [Rid(rid)] if rng.random() < 0.2 and rid in state.requests else []
+    growing = [r for r in state.requests.values() if r.rid != rid and rng.random() < 0.5]
+    grown = [
+        RequestGrowth(
+            r.rid,
+            r.output_len + 1,
+            r.committed_len + 1,
+            r.allocated_len + 1,
+            [(r.kv_runs[-1][0] + r.kv_runs[-1][1], 1)] if r.kv_runs else [],
+        )
+        for r in growing
+    ]
     return Delta(
         schema_version=SCHEMA_VERSION, seq=seq, step=Step(step), upsert_nodes=upserts,
         removed_nodes=rng.sample(removable, min(1, len(removable))), slots={slot: [claim]},
-        upsert_requests=[_request(rng, rid)] if rng.random() < 0.5 else [],
-        removed_requests=[Rid(rid)] if rng.random() < 0.2 and rid in state.requests else [],
+        upsert_requests=upsert_requests, removed_requests=removed_requests, grown_requests=grown,
         kv=KvState(page_size=16, size=1024, free_runs=[(0, rng.randrange(1024))]) if rng.random() < 0.3 else None,
         events=[SlotEvent(step=Step(step), slots=[slot], allocated=True), InsertEvent(step=Step(step), rid=Rid(rid), node=upserts[0].id, slot=slot, seqlen=8, ping_pong_index=-1)],
         counters=Counters(published=seq - 1),

@@ -1,0 +1,103 @@
+"""What the every-step stream sends for decoding requests: their growths (lengths and the KV
+runs added: `RequestGrowth`) against their whole records, as it sent them before schema 3.
+
+N requests decode one token each a step on sglang 0.5.23's real cache classes (CPU tensors,
+tests/support/cpu_cache.py, moved by sglang's own calls: cache_driver.py); each step a
+RequestReader reads them as the step boundary does. At page size 1 each decode step takes a
+token per row out of one allocation, so no row's tokens are contiguous: a record's `kv_runs`
+gains a run per token, and whole records made every step's delta grow with the running
+requests' lengths. Prints, at checkpoints, each step's encoded bytes and encoding time (median
+of the last 10 steps and the worst step so far) both ways, measured on the same read, and the
+reader's time.
+
+Run: `.venv/bin/python tests/bench/bench_decode_deltas.py [--requests 64] [--steps 200] [--page-size 1]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
+from mcinspect_engine_hooks.cpu_engine import patches  # noqa: E402
+
+patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
+
+import msgspec  # noqa: E402
+import torch  # noqa: E402
+from cache_driver import Driver  # noqa: E402
+
+from mcinspect_engine_hooks.pools_0523 import held_requests, session_kv  # noqa: E402
+from mcinspect_engine_hooks.request_reader import RequestReader  # noqa: E402
+
+import cpu_cache  # noqa: E402
+
+PROMPT = 40
+ROW_TOKENS = 256
+"""cpu_cache's row length (its max_context_len)."""
+
+
+def timed_encode(encoder: msgspec.msgpack.Encoder, value: object) -> tuple[int, float]:
+    began = time.perf_counter()
+    size = len(encoder.encode(value))
+    return size, time.perf_counter() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=200, help=f"decode steps (at most {ROW_TOKENS - PROMPT})")
+    parser.add_argument("--page-size", type=int, default=1)
+    args = parser.parse_args()
+    if not 0 < args.steps <= ROW_TOKENS - PROMPT:
+        parser.error(f"--steps must be within 1..{ROW_TOKENS - PROMPT} (the stand-in's rows hold {ROW_TOKENS} tokens)")
+    n, page = args.requests, args.page_size
+    tokens = n * (PROMPT + args.steps + 2 * page) + 4 * page
+    scheduler = cpu_cache.build_cache(mamba_slots=3 * n + 8, kv_size=tokens, max_requests=n, page_size=page)
+    encoder = msgspec.msgpack.Encoder()
+    print(f"{n} requests decoding, page size {page}: per step (median of the last 10 steps / worst so far)")
+    print(f"{'step':>5} {'KV runs':>8} {'whole records':>24} {'growths':>22} {'bytes':>7} {'time':>7} {'reader us':>10}")
+    with torch.inference_mode():
+        drive = Driver(scheduler)
+        reqs = []
+        for i in range(n):
+            req = drive.admit([100 + (7 * i + j) % 400 for j in range(PROMPT)], max_new_tokens=4000)
+            drive.prefill(req, PROMPT)
+            reqs.append(req)
+        reader = RequestReader(scheduler.req_to_token_pool)
+        reader.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
+        whole: list[tuple[int, float]] = []
+        grown: list[tuple[int, float]] = []
+        reads: list[float] = []
+        for step in range(1, args.steps + 1):
+            for req in reqs:
+                drive.decode(req, [step % 50])
+            began = time.perf_counter()
+            read = reader.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
+            reads.append(time.perf_counter() - began)
+            assert not read.upserts and len(read.grown) == n, "a decode step's records go out as growths"
+            # The same step as sent before schema 3: each grown request's whole record.
+            whole.append(timed_encode(encoder, [read.records[g.rid] for g in read.grown]))
+            grown.append(timed_encode(encoder, read.grown))
+            if step % 50 == 0 or step == args.steps:
+                runs = sum(len(record.kv_runs) for record in read.records.values())
+                cells = []
+                for series in (whole, grown):
+                    last = series[-10:]
+                    size = statistics.median(s for s, _ in last)
+                    cells.append(
+                        f"{size / 1024:7.1f} KB {1e6 * statistics.median(t for _, t in last):6.0f}/{1e6 * max(t for _, t in series):5.0f} us"
+                    )
+                ratio_bytes = statistics.median(s for s, _ in whole[-10:]) / statistics.median(s for s, _ in grown[-10:])
+                ratio_time = statistics.median(t for _, t in whole[-10:]) / statistics.median(t for _, t in grown[-10:])
+                print(
+                    f"{step:5d} {runs:8d} {cells[0]:>24} {cells[1]:>22} {ratio_bytes:6.1f}x {ratio_time:6.1f}x "
+                    f"{1e6 * statistics.median(reads[-10:]):6.0f}/{1e6 * max(reads):4.0f}"
+                )
+
+
+if __name__ == "__main__":
+    main()
