@@ -28,6 +28,7 @@ from mcinspect.auth import CurveKeys, secure_server
 from mcinspect.schema import EVERY_STEP_TOPIC, STREAM_TOPIC, Delta
 from mcinspect.target import allow_ipv6, zmq_address
 
+from . import growing_runs
 from .rested_encode import Encoded, encode_rested
 
 logger = logging.getLogger("mcinspect.engine_hooks")
@@ -162,7 +163,7 @@ class Publisher:
             self._socket.close(linger=0)
 
     def _run(self) -> None:
-        encoder = msgspec.msgpack.Encoder()  # one per thread: no sharing with other threads
+        encoder = growing_runs.encoder()  # one per thread: no sharing with other threads
         last_delta = 0.0
         try:
             while not self._stop.is_set():

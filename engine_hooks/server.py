@@ -47,6 +47,7 @@ from mcinspect.schema import (
 from mcinspect.target import allow_ipv6, zmq_address
 from mcinspect.untrusted import MAX_DEPTH, DecodeFailed, decode, msgpack_depth_exceeds
 
+from . import growing_runs
 from .published_state import SnapshotParts
 from .publisher import HistoryWindow
 from .request_budget import ClientRates, TimeShare
@@ -135,7 +136,7 @@ class RequestServer:
         """The last snapshot sent and its encoding."""
         self._decoder = msgspec.msgpack.Decoder(Request)
         self._probe = msgspec.msgpack.Decoder(_VersionProbe)
-        self._encoder = msgspec.msgpack.Encoder()  # server thread only
+        self._encoder = growing_runs.encoder()  # server thread only
         self._rate_limited = self._encoder.encode(
             ErrorReply(schema_version=SCHEMA_VERSION, reason=f"too many requests: at most {self._rates.rate:g} a second per client")
         )

@@ -119,7 +119,7 @@ class SlotClaim(msgspec.Struct, array_like=True, frozen=True, gc=False):
 RequestState = Literal["waiting", "running", "chunked", "finished"]
 
 
-class RequestRecord(msgspec.Struct, frozen=True):
+class RequestRecord(msgspec.Struct, frozen=True, gc=False):
     """A request the scheduler holds, with its `req.kv` mamba fields."""
 
     rid: Rid

@@ -24,6 +24,7 @@ def build_cache(
     mamba_slots: int = 40,
     kv_size: int = 1024,
     max_requests: int = 8,
+    max_context_len: int = 256,
     extra_buffer: bool = True,
     python_core_class: Callable[..., Any] | None = None,
 ) -> SimpleNamespace:
@@ -33,7 +34,7 @@ def build_cache(
     `core`: sglang's tree core backend ("python" or "rust"); `extra_buffer`: the mamba
     ping-pong buffer (False is no_buffer, which sglang allows only with page_size 1);
     `python_core_class` replaces sglang's UnifiedTreeCore class for "python" (e.g. its test
-    kit's inspector subclass).
+    kit's inspector subclass); `max_context_len`: the tokens a req_to_token row holds.
     """
     import torch
     from sglang.kernels.ops.attention.fla.chunk_delta_h import CHUNK_SIZE as FLA_CHUNK_SIZE
@@ -59,7 +60,7 @@ def build_cache(
         size=max_requests,
         mamba_size=mamba_slots,
         mamba_spec_state_size=max_requests,
-        max_context_len=256,
+        max_context_len=max_context_len,
         device="cpu",
         enable_memory_saver=False,
         cache_params=cache_params,

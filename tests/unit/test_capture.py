@@ -44,6 +44,7 @@ from mcinspect.schema import (  # noqa: E402
     from_runs,
     key_hash,
 )
+from mcinspect_engine_hooks import growing_runs  # noqa: E402
 from mcinspect_engine_hooks.capture import Capture, DeltaParts  # noqa: E402
 from mcinspect_engine_hooks.events import EventSink  # noqa: E402
 from mcinspect_engine_hooks.guard import ErrorCounter  # noqa: E402
@@ -153,8 +154,8 @@ class Stepper:
 
 
 def as_sent(message: T) -> T:
-    """`message` as a client decodes it (the engine's tuples are lists there)."""
-    return msgspec.msgpack.decode(msgspec.msgpack.encode(message), type=type(message))
+    """`message` as a client decodes it (the engine's tuples and GrowingRuns are lists there)."""
+    return msgspec.msgpack.decode(growing_runs.encoder().encode(message), type=type(message))
 
 
 @pytest.mark.parametrize("page_size", [1, 4])

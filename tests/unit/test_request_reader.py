@@ -9,17 +9,20 @@ from mcinspect_engine_hooks.cpu_engine import patches
 patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
 
 from types import SimpleNamespace  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, TypeVar  # noqa: E402
 
+import msgspec  # noqa: E402
 import torch  # noqa: E402
 from cache_driver import Driver  # noqa: E402
-from msgspec.msgpack import encode  # noqa: E402
 
 from mcinspect.schema import grown  # noqa: E402
+from mcinspect_engine_hooks.growing_runs import encoder  # noqa: E402
 from mcinspect_engine_hooks.pools_0523 import held_requests, session_kv  # noqa: E402
 from mcinspect_engine_hooks.request_reader import Read, RequestReader  # noqa: E402
 
 import cpu_cache  # noqa: E402  (tests/support: sglang's real cache classes on CPU tensors)
+
+T = TypeVar("T")
 
 
 class DeviceCopyReader(RequestReader):
@@ -27,6 +30,11 @@ class DeviceCopyReader(RequestReader):
 
     def _host_ints(self, plans: Any) -> None:
         return None
+
+
+def as_sent(message: T) -> T:
+    """`message` as a client decodes it."""
+    return msgspec.msgpack.decode(encoder().encode(message), type=type(message))
 
 
 def read(reader: RequestReader, scheduler: SimpleNamespace) -> Read:
@@ -59,13 +67,13 @@ class Checked:
         assert not {r.rid for r in upserts} & {g.rid for g in self.grown}
         assert {r.rid for r in upserts} | {g.rid for g in self.grown} == changed
         assert upserts == [record for rid, record in records.items() if rid in changed and rid in {r.rid for r in upserts}]
-        applied = dict(self.records)
+        # Applied as a client applies them, to what it decoded (the engine's runs are GrowingRuns).
+        applied = {rid: as_sent(record) for rid, record in self.records.items()}
         for record in upserts:
-            applied[record.rid] = record
+            applied[record.rid] = as_sent(record)
         for growth in self.grown:
-            applied[growth.rid] = grown(applied[growth.rid], growth)
-        # as encoded: the engine's runs are tuples, the client's lists
-        assert {rid: encode(applied[rid]) for rid in records} == {rid: encode(r) for rid, r in records.items()}
+            applied[growth.rid] = grown(applied[growth.rid], as_sent(growth))
+        assert {rid: applied[rid] for rid in records} == {rid: as_sent(record) for rid, record in records.items()}
         self.claims = {slot: list(listed) for slot, listed in claims.items()}
         self.records = dict(records)
         return records, moved
