@@ -40,11 +40,9 @@ class GrowingRuns:
         closed, count, last = self._closed, self._count, self._last
         if len(closed) != count:  # a later value took this list on: its own copy (O(runs), once)
             closed = closed[:count]
-        first, *rest = added
-        if last is not None and last[0] + last[1] == first[0]:
-            last = (last[0], last[1] + first[1])
-        else:
-            rest.insert(0, first)
+        rest = added
+        if last is not None and last[0] + last[1] == added[0][0]:
+            last, rest = (last[0], last[1] + added[0][1]), added[1:]
         for run in rest:
             if last is not None:
                 closed.append(last)

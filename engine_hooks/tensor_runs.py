@@ -163,6 +163,8 @@ def runs_of_many(values: Sequence[IndexValue]) -> list[FrozenRuns]:
 
 def runs_of_ints(ints: list[int]) -> FrozenRuns:
     """(start, length) runs of consecutive values in `ints` (host ints already read)."""
+    if len(ints) == 1:  # a decode step's new token, a request a step
+        return ((ints[0], 1),)
     if len(ints) > SMALL:
         return runs_of_many([torch.tensor(ints, dtype=torch.int64)])[0]
     runs: Runs = []
