@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from mcinspect.schema import KvState, NodeId, RequestState, Rid, SlotClaim, SlotId
+from mcinspect.run_edits import edit_runs
+from mcinspect.schema import KvEdit, KvState, NodeId, RequestState, Rid, SlotClaim, SlotId
 
-from .kv_free_edits import edit_runs, list_change, segments, token_ranges
+from .kv_free_edits import list_change, segments
 from .req_kv import kv_of
 from .request_reader import RequestReader  # noqa: F401  (a Generation's `pools.RequestReader`)
-from .tensor_runs import free_run_arrays, free_token_runs
+from .tensor_runs import free_run_arrays, free_token_runs, page_token_runs
 
 TreeSlots = dict[SlotId, dict[NodeId, int]]
 """Tree-owned slot -> {node id: node end depth}; more than one node is a bug to show."""
@@ -153,6 +154,8 @@ class KvReader:
         """The free lists last read, on the host (None: read them whole next); held, so no other
         tensor's memory lies in theirs (`_front_taken`)."""
         self._state: KvState | None = None
+        self._edit: tuple[KvState | None, KvEdit] | None = None
+        """The last read's change as an edit of the state it was made from (None: read whole)."""
         self._spread: _SpreadRead | None = None
         self._spread_done = False
         """The lists the edits begin from came from a read over steps, not from `read`."""
@@ -177,8 +180,13 @@ class KvReader:
         self._seen = self._fingerprint()
         self._held = (getattr(a, "free_pages", None), getattr(a, "release_pages", None))
         lists = _free_lists(a)
-        state = self._edited(lists) if lists is not None and self._lists is not None else None
-        if state is None:
+        base = self._state
+        edited = self._edited(lists) if lists is not None and self._lists is not None else None
+        self._edit = None
+        if edited is not None:
+            state, edit = edited
+            self._edit = (base, edit)
+        else:
             self.whole_reads += 1
             free = a.get_all_free_pages() if hasattr(a, "get_all_free_pages") else _free_and_released(a)
             state = KvState(page_size=int(a.page_size), size=int(a.size), free_runs=free_token_runs(free, int(a.page_size)))
@@ -186,6 +194,12 @@ class KvReader:
                 lists = None  # the allocator's free set is not these lists: always read whole
         self._lists, self._state = lists, state
         return state
+
+    def edit_since(self, base: KvState | None) -> KvEdit | None:
+        """The last read's change as an edit of `base` (what a client holds): None when that read
+        was whole, or edited another state (the end of a read over steps)."""
+        edit = self._edit
+        return edit[1] if edit is not None and edit[0] is base else None
 
     def read_over_steps(self) -> None:
         """A part of a whole read, in a step that publishes nothing (a catch-up's): of the free
@@ -215,11 +229,12 @@ class KvReader:
         self._lists = job.lists
         self._state = KvState(page_size=int(a.page_size), size=int(a.size), free_runs=job.runs)
         self._spread, self._spread_done = None, True
+        self._edit = None
         self.whole_reads += 1
 
-    def _edited(self, lists: tuple[torch.Tensor, ...]) -> KvState | None:
-        """The last state edited by what changed in each list; None when a change is not one
-        sglang's allocators make (kv_free_edits.list_change)."""
+    def _edited(self, lists: tuple[torch.Tensor, ...]) -> tuple[KvState, KvEdit] | None:
+        """The last state edited by what changed in each list, and that change; None when a
+        change is not one sglang's allocators make (kv_free_edits.list_change)."""
         assert self._lists is not None and self._state is not None
         if len(lists) != len(self._lists):
             return None
@@ -240,8 +255,9 @@ class KvReader:
             ranges = segments(taken) + segments(given)
             if ranges > WHOLE_READ_EDITS and ranges * 20 > len(runs):
                 return None  # an edit is a few us a range, a whole read a fraction of a us a run
-        edited = edit_runs(runs, token_ranges(taken, page_size), token_ranges(given, page_size))
-        return None if edited is None else KvState(page_size=page_size, size=self._state.size, free_runs=edited)
+        edit = KvEdit(page_token_runs(taken, page_size), page_token_runs(given, page_size))
+        edited = edit_runs(runs, edit.removed, edit.added)
+        return None if edited is None else (KvState(page_size=page_size, size=self._state.size, free_runs=edited), edit)
 
 
 SPREAD_RUNS = 25_000

@@ -19,11 +19,14 @@ from typing import Literal, NewType
 
 import msgspec
 
-SCHEMA_VERSION = 3
+from .run_edits import edit_runs, edited_leniently
+
+SCHEMA_VERSION = 4
 """Bumped on any incompatible change of the structs below."""
 OLDEST_READABLE_SCHEMA = 2
 """Files (recordings, snapshots) from this schema version on decode as this one's: 3 only added
-`Delta.grown_requests`, with a default. The live wire takes SCHEMA_VERSION alone."""
+`Delta.grown_requests`, 4 `Delta.kv_edit`, each with a default. The live wire takes
+SCHEMA_VERSION alone (an older client would drop what the new fields say)."""
 
 MAX_REQUEST_BYTES = 64 * 1024
 """Requests larger than this are rejected unread: no client request needs more."""
@@ -172,6 +175,16 @@ class KvState(msgspec.Struct, frozen=True):
     """Token slots in the pool."""
     free_runs: Runs
     """Free token indices (whole free pages expanded to their tokens)."""
+
+
+class KvEdit(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """How a step changed the KV free runs: the token runs taken out of them and those put back
+    (each sorted). Sent instead of the whole `KvState` when the engine read the change (its
+    allocators take a slice of a free list's front and put pages before or after it): a
+    fragmented pool's whole free list is tens of thousands of runs at every step that allocates."""
+
+    removed: Runs
+    added: Runs
 
 
 class BatchOrigin(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -531,7 +544,7 @@ class Delta(_Message):
     upsert_requests: list[RequestRecord]
     removed_requests: list[Rid]
     kv: KvState | None
-    """The new allocator state if it changed, else None."""
+    """The new allocator state if it changed and was read whole, else None."""
     events: list[Event]
     counters: Counters
     contents: dict[SlotId, SlotContent] = {}
@@ -540,6 +553,8 @@ class Delta(_Message):
     """Slots whose fingerprint no longer describes them (they left the tree)."""
     grown_requests: list[RequestGrowth] = []
     """Requests that only decoded since their last record (applied after `upsert_requests`)."""
+    kv_edit: KvEdit | None = None
+    """The allocator's change, when `kv` is None and it changed (`edited_kv`)."""
 
 
 class History(_Message):
@@ -696,6 +711,8 @@ def apply_delta(state: CacheState, delta: Delta) -> None:
             state.requests[growth.rid] = grown(record, growth)
     if delta.kv is not None:
         state.kv = delta.kv
+    elif delta.kv_edit is not None:
+        state.kv = edited_kv(state.kv, delta.kv_edit)
     for slot in delta.removed_contents:
         state.contents.pop(slot, None)
     state.contents.update(delta.contents)
@@ -710,6 +727,16 @@ def grown(record: RequestRecord, growth: RequestGrowth) -> RequestRecord:
         allocated_len=growth.allocated_len,
         kv_runs=join_runs(record.kv_runs, growth.added_runs),
     )
+
+
+def edited_kv(kv: KvState, edit: KvEdit) -> KvState:
+    """`kv` as `edit` changed it (a new KvState). An edit that does not fit its runs (past a seq
+    gap, which its reader reports already) is applied as sets: what it put back is free, what it
+    took is not."""
+    runs = edit_runs(kv.free_runs, edit.removed, edit.added)
+    if runs is None:
+        runs = edited_leniently(kv.free_runs, edit.removed, edit.added)
+    return msgspec.structs.replace(kv, free_runs=runs)
 
 
 def join_runs(head: Runs, tail: Runs) -> Runs:

@@ -11,31 +11,13 @@ the previous boundary.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
 
+from ..run_edits import Intervals, intervals, subtract
 from ..schema import CacheState, NodeId, NodeRecord, RequestRecord, Runs
 from .history import StepView
 from .violation import Violation
 
 KV = "kv-pages"
-
-Intervals = tuple[list[int], list[int]]
-"""Sorted, merged, half-open intervals as (starts, ends), for bisection."""
-
-
-def intervals(runs: Iterable[tuple[int, int]]) -> Intervals:
-    """Merge runs into sorted disjoint intervals."""
-    starts: list[int] = []
-    ends: list[int] = []
-    for start, length in sorted(runs):
-        if length <= 0:
-            continue
-        if ends and start <= ends[-1]:
-            ends[-1] = max(ends[-1], start + length)
-        else:
-            starts.append(start)
-            ends.append(start + length)
-    return starts, ends
 
 
 def first_overlap(runs: Runs, within: Intervals) -> int | None:
@@ -50,29 +32,6 @@ def first_overlap(runs: Runs, within: Intervals) -> int | None:
         if i + 1 < len(starts) and starts[i + 1] < start + length:
             return starts[i + 1]
     return None
-
-
-def subtract(a: Intervals, b: Intervals) -> Intervals:
-    """a minus b (both sorted and merged): the tokens free now that were not free before."""
-    out_starts: list[int] = []
-    out_ends: list[int] = []
-    b_starts, b_ends = b
-    j = 0
-    for start, end in zip(*a):
-        while j < len(b_starts) and b_ends[j] <= start:
-            j += 1
-        k = j
-        cursor = start
-        while k < len(b_starts) and b_starts[k] < end:
-            if b_starts[k] > cursor:
-                out_starts.append(cursor)
-                out_ends.append(b_starts[k])
-            cursor = max(cursor, b_ends[k])
-            k += 1
-        if cursor < end:
-            out_starts.append(cursor)
-            out_ends.append(end)
-    return out_starts, out_ends
 
 
 def truncate(runs: Runs, tokens: int) -> Runs:

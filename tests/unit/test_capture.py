@@ -33,6 +33,7 @@ from mcinspect.schema import (  # noqa: E402
     Counters,
     EvictEvent,
     InsertEvent,
+    KvEdit,
     LockEvent,
     MatchEvent,
     RequestEvent,
@@ -191,6 +192,10 @@ def test_deltas_reproduce_full_states(hooks: tuple[EventSink, ErrorCounter], pag
     state = steps.step()
     assert steps.parts is not None and not steps.parts.upsert_requests
     assert [(g.rid, g.output_len, g.allocated_len) for g in steps.parts.grown_requests] == [(a.rid, 4, 44)]
+    # Its KV token goes out as an edit of the free runs, not the whole list (page 4: its page came at the step before).
+    token = int(scheduler.req_to_token_pool.req_to_token[a.kv.req_pool_idx, 43])
+    assert steps.parts.kv is None
+    assert steps.parts.kv_edit == (KvEdit(removed=[(token, 1)], added=[]) if page_size == 1 else None)
     drive.finish(a)  # the last tracked state goes to the tree
     state = steps.step()
     assert a.rid not in state.requests

@@ -132,6 +132,7 @@ def test_the_kv_free_list_read_over_the_catch_ups_steps_is_published(hooks: tupl
         whole_reads = capture._kv_reader.whole_reads
         parts = capture.step(Step(n))
     assert n > 3 and capture._kv_reader.whole_reads == whole_reads == 2  # the first, and one over steps, not in the last
+    assert parts.kv is not None and parts.kv_edit is None  # edited from what was read over steps: sent whole
     apply_delta(published, parts.to_delta(seq=Seq(n), step=Step(n), events=[], counters=Counters()))
     assert published == full_read(tree.scheduler, sink, n)
 

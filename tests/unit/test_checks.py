@@ -19,8 +19,9 @@ import msgspec
 import pytest
 
 from mcinspect.checks import CHECKS, NOT_CHECKED, StepView, UnknownCheck, Violation, check_step, run_checks, views
-from mcinspect.checks.kv import first_overlap, intervals, subtract, truncate
+from mcinspect.checks.kv import first_overlap, truncate
 from mcinspect.checks.writes import check_write_target
+from mcinspect.run_edits import intervals, subtract
 from mcinspect.schema import (
     CacheState,
     CowEvent,

@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from mcinspect.run_edits import edit_runs  # noqa: E402
 from mcinspect.schema import from_runs  # noqa: E402
 from mcinspect_engine_hooks import pools_0523  # noqa: E402
 from mcinspect_engine_hooks.pools_0523 import KvReader  # noqa: E402
@@ -64,7 +65,9 @@ def test_the_runs_edited_by_each_steps_allocs_and_frees_equal_a_whole_read(
     """Each step allocs and frees through the real allocator (frees in scattered order, some in a
     free group; with `need_sort`, allocs that run the free list short make it merge and sort
     the freed pages): the runs the reader edits equal a fresh reader's whole read at every
-    step, and only the first read and those after a merge read the list whole."""
+    step, and only the first read and those after a merge read the list whole. Each edited
+    read's change, applied as a client applies a Delta's KvEdit to the state before it, gives
+    the same runs; a whole read has no edit to send."""
     monkeypatch.setattr(pools_0523, "WHOLE_READ_EDITS", 1 << 30)  # every change edited, however large
     allocator = _allocator(page_size, need_sort)
     merges = 0
@@ -78,10 +81,11 @@ def test_the_runs_edited_by_each_steps_allocs_and_frees_equal_a_whole_read(
 
     allocator.merge_and_sort_free = counted
     reader = KvReader(allocator)
-    reader.read()
+    state = reader.read()
+    assert reader.edit_since(None) is None
     rng = random.Random(page_size * 2 + need_sort)
     held: list[torch.Tensor] = []
-    reads = 0
+    reads = edits = 0
     for step in range(300):
         for _ in range(rng.randint(0, 3)):
             taken = allocator.alloc(rng.randint(1, 40 if step % 50 else 400) * page_size)
@@ -98,8 +102,16 @@ def test_the_runs_edited_by_each_steps_allocs_and_frees_equal_a_whole_read(
             allocator.free_group_end()
         if reader.changed():
             reads += 1
-            assert reader.read() == KvReader(allocator).read(), step
+            whole_reads, before, state = reader.whole_reads, state, reader.read()
+            assert state == KvReader(allocator).read(), step
+            edit = reader.edit_since(before)
+            assert (edit is None) == (reader.whole_reads > whole_reads), step
+            if edit is not None:
+                edits += 1
+                assert edit_runs(before.free_runs, edit.removed, edit.added) == state.free_runs, step
+                assert reader.edit_since(KvReader(allocator).read()) is None  # an edit of `before` alone
     assert reads > 200 and reader.whole_reads <= 1 + merges, (reads, reader.whole_reads, merges)
+    assert edits == reads - (reader.whole_reads - 1)
     assert merges > 0 if need_sort else reader.whole_reads == 1
 
 
@@ -188,7 +200,7 @@ def test_a_read_over_steps_leaves_the_publishing_step_a_short_edit(monkeypatch: 
     monkeypatch.setattr(pools_0523, "SPREAD_RUNS", 50)
     allocator = _allocator(1, need_sort=False)
     reader = KvReader(allocator)
-    reader.read()
+    published = reader.read()
     taken = allocator.alloc(4 * pools_0523.WHOLE_READ_EDITS)
     for token in taken[::2]:  # a change of 512 ranges: read whole in one step, but for the steps before
         allocator.free(token.reshape(1))
@@ -205,5 +217,7 @@ def test_a_read_over_steps_leaves_the_publishing_step_a_short_edit(monkeypatch: 
     assert reader._held[0].data_ptr() == reader._seen[0]
     # Nothing changed after the last part: still a change since the last read (the capture reads it).
     assert reader.changed() and reader.read() == KvReader(allocator).read() and reader.whole_reads == 2
+    # That read edited the lists read over steps, not the state a client holds: no edit of it to send.
+    assert reader.edit_since(published) is None
     reader.read_over_steps()  # nothing changed since: nothing to read
     assert reader._spread is None

@@ -36,6 +36,7 @@ from mcinspect.schema import (
     GetHistory,
     Hello,
     InsertEvent,
+    KvEdit,
     KvState,
     NodeId,
     NodeRecord,
@@ -142,15 +143,25 @@ def _random_delta(rng: random.Random, state: CacheState, seq: int, *, nodes: int
         )
         for r in growing
     ]
+    kv = KvState(page_size=16, size=1024, free_runs=[(0, rng.randrange(1024))]) if rng.random() < 0.3 else None
     return Delta(
         schema_version=SCHEMA_VERSION, seq=seq, step=Step(step), upsert_nodes=upserts,
         removed_nodes=rng.sample(removable, min(1, len(removable))), slots={slot: [claim]},
         upsert_requests=upsert_requests, removed_requests=removed_requests, grown_requests=grown,
-        kv=KvState(page_size=16, size=1024, free_runs=[(0, rng.randrange(1024))]) if rng.random() < 0.3 else None,
+        kv=kv, kv_edit=_kv_edit(rng, state.kv) if kv is None and rng.random() < 0.5 else None,
         events=[SlotEvent(step=Step(step), slots=[slot], allocated=True), InsertEvent(step=Step(step), rid=Rid(rid), node=upserts[0].id, slot=slot, seqlen=8, ping_pong_index=-1)],
         counters=Counters(published=seq - 1),
         contents={slot: SlotContent(slot=slot, fingerprint=rng.getrandbits(64), nonfinite=0, zero=False, step=Step(step))},
     )  # fmt: skip
+
+
+def _kv_edit(rng: random.Random, kv: KvState) -> KvEdit:
+    """An edit that fits `kv`: a first token taken from a free run, a token past every run put back."""
+    taken = [(kv.free_runs[0][0], 1)] if kv.free_runs and kv.free_runs[0][1] > 0 and rng.random() < 0.7 else []
+    last = kv.free_runs[-1] if kv.free_runs else (0, 0)
+    end = last[0] + last[1]
+    given = [(end + 1, 1)] if end + 1 < kv.size and rng.random() < 0.7 else []
+    return KvEdit(removed=taken, added=given)
 
 
 class _Engine:
