@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from .checks import StepView, Violation, check_step, select
-from .schema import CacheState, Counters, EngineInfo, Event
+from .schema import CacheState, Counters, Delta, EngineInfo, Event, Snapshot
 
 
 class CheckDriver:
@@ -24,14 +24,20 @@ class CheckDriver:
         self._names = [spec.name for spec in select(names)]
         self._view: StepView | None = None
         self._counters = Counters()
+        self._seq: int | None = None
 
-    def step(self, state: CacheState, events: Sequence[Event], *, counters: Counters, restart: bool) -> list[Violation]:
+    def step(
+        self, state: CacheState, events: Sequence[Event], *, counters: Counters, restart: bool, frame: Delta | Snapshot | None = None
+    ) -> list[Violation]:
         """The violations at `state`; `restart`: it does not follow the previous state (a
-        resync, or the first frame after a hole)."""
+        resync, or the first frame after a hole). `frame`: the message `state` came of; a Delta
+        that follows the last frame's seq tells the checks what changed (StepView.delta)."""
         whole = not restart and counters.events_continue(self._counters)
         self._counters = counters
+        last_seq, self._seq = self._seq, frame.seq if frame is not None else None
         if self._view is None:
             self._view = StepView.first(state, tuple(events), self._engine())
         else:
-            self._view = self._view.next(state, tuple(events), contiguous=whole)
+            delta = frame if isinstance(frame, Delta) and last_seq is not None and frame.seq == last_seq + 1 else None
+            self._view = self._view.next(state, tuple(events), contiguous=whole, delta=delta)
         return check_step(self._view, self._names)

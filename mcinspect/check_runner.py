@@ -66,7 +66,7 @@ def _checked_states(
     for index, frame in enumerate(reader):
         state = copy_state(replay.apply(index, frame))  # the views keep the previous state
         events = frame.events if isinstance(frame, Delta) else ()
-        yield state, driver.step(state, events, counters=frame.counters, restart=isinstance(frame, Snapshot))
+        yield state, driver.step(state, events, counters=frame.counters, restart=isinstance(frame, Snapshot), frame=frame)
         frames += 1
     if not frames:
         raise StepNotRecorded(f"{reader.path} holds no whole frame: nothing to check")
@@ -96,7 +96,7 @@ def check_live(
 
         def on_frame(info: FrameInfo, frame: Delta | Snapshot) -> None:
             state = copy_state(replay.apply(info.index, frame))
-            for violation in driver.step(state, info.events, counters=frame.counters, restart=info.resync):
+            for violation in driver.step(state, info.events, counters=frame.counters, restart=info.resync, frame=frame):
                 on_violation(_of_rank(violation, rank))
             for violation in agreement[0].add(rank, state) if agreement else ():
                 on_violation(violation)

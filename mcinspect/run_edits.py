@@ -28,9 +28,7 @@ def edit_runs(runs: Runs, removed: Runs, added: Runs) -> Runs | None:
 def edited_leniently(runs: Runs, removed: Runs, added: Runs) -> Runs:
     """`edit_runs` as sets, for any `runs`: (runs - removed) | added, maximal runs. O(all the
     runs): for a state that the edit was not made from (past a seq gap)."""
-    starts, ends = subtract(intervals(runs), intervals(removed))
-    starts, ends = intervals([*((start, end - start) for start, end in zip(starts, ends)), *added])
-    return [(start, end - start) for start, end in zip(starts, ends)]
+    return as_runs(intervals([*as_runs(subtract(intervals(runs), intervals(removed))), *added]))
 
 
 Intervals = tuple[list[int], list[int]]
@@ -50,6 +48,12 @@ def intervals(runs: Iterable[Run]) -> Intervals:
             starts.append(start)
             ends.append(start + length)
     return starts, ends
+
+
+def as_runs(spans: Intervals) -> Runs:
+    """Intervals as (start, length) runs."""
+    starts, ends = spans
+    return [(start, end - start) for start, end in zip(starts, ends)]
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
@@ -147,3 +151,25 @@ def _splice(runs: Runs, edits: list[tuple[int, int, Runs]]) -> Runs:
         at = hi
     out += runs[at:]
     return out
+
+
+def outside(tokens: Intervals, runs: Runs) -> Intervals:
+    """`tokens` less the sorted, disjoint `runs`: a bisection a token interval, not a pass over
+    `runs` (a client's tokens freed by a step's edit, against the free list before it)."""
+    out_starts: list[int] = []
+    out_ends: list[int] = []
+    for start, end in zip(*tokens):
+        cursor = start
+        i = max(bisect_right(runs, start, key=_start) - 1, 0)
+        while i < len(runs) and runs[i][0] < end:
+            run_start, run_end = runs[i][0], runs[i][0] + runs[i][1]
+            if run_end > cursor:
+                if run_start > cursor:
+                    out_starts.append(cursor)
+                    out_ends.append(run_start)
+                cursor = max(cursor, run_end)
+            i += 1
+        if cursor < end:
+            out_starts.append(cursor)
+            out_ends.append(end)
+    return out_starts, out_ends

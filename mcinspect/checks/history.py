@@ -22,8 +22,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..schema import CacheState, EngineInfo, Event, NodeId, NodeRecord, RequestRecord, Rid, SlotId, Step
+from ..run_edits import as_runs, intervals
+from ..schema import CacheState, Delta, EngineInfo, Event, NodeId, NodeRecord, RequestRecord, Rid, Runs, SlotId, Step
+from .children import Children
+from .kv_holders import KvHolders
 from .ledger import Ledger, Timeline, after, fold
+
+CARRIED = ("kv_holders", "children")
+"""A view's indexes of the whole tree that the next view takes over, updated by its changes."""
 
 LIVE_STATES = ("running", "chunked")
 """Request states that hold a KV row, a tree lock and mamba slots. "finished" requests may
@@ -44,21 +50,36 @@ class StepView:
     engine: EngineInfo | None = None
     """The engine's configuration when known (strategy, overlap); checks that need it skip
     what it would decide when it is None."""
+    delta: Delta | None = None
+    """The delta that made `state` of `previous`, when known: what changed is read from it, in
+    O(the change), where comparing the two states is O(the tree) a step (100k nodes: ms)."""
 
     @classmethod
     def first(cls, state: CacheState, events: Sequence[Event] = (), engine: EngineInfo | None = None) -> StepView:
         """The first view of a history: nothing is known about earlier steps."""
         return cls(state=state, events=tuple(events), engine=engine)
 
-    def next(self, state: CacheState, events: Sequence[Event] = (), *, contiguous: bool = True) -> StepView:
+    def next(self, state: CacheState, events: Sequence[Event] = (), *, contiguous: bool = True, delta: Delta | None = None) -> StepView:
         """The view of the following step. Pass `contiguous=False` after a gap (missed deltas,
         a resync) and when the step's events are incomplete (the engine's `Counters.dropped` or
         `hook_errors` grew during it): the new view then forgets the past instead of reasoning
-        from events that are missing."""
+        from events that are missing. `delta`: the one delta that made `state` of this view's
+        (not after a gap: the changes of the deltas missed would not be seen)."""
         if not contiguous:
             return StepView.first(state, events, self.engine)
         ledger = fold(self.end, self.state, self.tree_owners, self.changed_slots)
-        return StepView(state=state, events=tuple(events), previous=self.state, ledger=ledger, engine=self.engine)
+        view = StepView(state=state, events=tuple(events), previous=self.state, ledger=ledger, engine=self.engine, delta=delta)
+        if delta is not None and delta.kv is None and self.__dict__.get("free_runs") is self.state.kv.free_runs:
+            view.__dict__["free_runs"] = state.kv.free_runs  # sorted and disjoint: an edit keeps them so (run_edits.py)
+        handed = {name: index for name in CARRIED if (index := self.__dict__.pop(name, None)) is not None}
+        if handed:  # this view would rebuild them if asked again
+            before = self.state.nodes
+            changed = view.changed_nodes
+            gone = [*view.removed_nodes, *(old for node in changed if (old := before.get(node.id)) is not None)]
+            for name, index in handed.items():
+                index.moved(gone, changed)
+                view.__dict__[name] = index
+        return view
 
     @property
     def step(self) -> Step:
@@ -113,40 +134,64 @@ class StepView:
         immutable and shared between states, so identity tells unchanged ones apart."""
         if self.previous is None:
             return list(self.state.nodes.values())
-        before = self.previous.nodes
-        return [node for node_id, node in self.state.nodes.items() if not _same(before.get(node_id), node)]
+        before, nodes = self.previous.nodes, self.state.nodes
+        if self.delta is not None:
+            ids = dict.fromkeys(node.id for node in self.delta.upsert_nodes)
+            return [node for node_id in ids if (node := nodes.get(node_id)) is not None and not _same(before.get(node_id), node)]
+        return [node for node_id, node in nodes.items() if not _same(before.get(node_id), node)]
 
     @cached_property
-    def children(self) -> dict[NodeId, list[NodeRecord]]:
-        """Parent id -> child records. O(tree): checks build it only when a change needs it."""
-        index: dict[NodeId, list[NodeRecord]] = {}
-        for node in self.state.nodes.values():
-            index.setdefault(node.parent, []).append(node)
-        return index
+    def free_runs(self) -> Runs:
+        """The KV free list as sorted, disjoint runs (what kv-pages bisects): the state's own
+        when they are (checked at the start of a chain and whenever the list came whole, O(the
+        list); a view whose state an edit made of such runs takes them as they are)."""
+        runs = self.state.kv.free_runs
+        normal = as_runs(intervals(runs))
+        return runs if normal == runs else normal
+
+    @cached_property
+    def kv_holders(self) -> KvHolders:
+        """Which nodes hold KV in which part of the pool (kv_holders.py). Like `children`, built
+        at the first ask (O(the tree)), then handed from view to view (`CARRIED`) and updated by
+        each step's changed nodes."""
+        return KvHolders(self.state.nodes.values())
+
+    @cached_property
+    def children(self) -> Children:
+        """Each node's children (children.py)."""
+        return Children(self.state.nodes.values())
 
     @cached_property
     def removed_nodes(self) -> list[NodeRecord]:
         """Nodes of `previous` that are gone."""
         if self.previous is None:
             return []
-        nodes = self.state.nodes
-        return [node for node_id, node in self.previous.nodes.items() if node_id not in nodes]
+        before, nodes = self.previous.nodes, self.state.nodes
+        if self.delta is not None:
+            ids = dict.fromkeys(self.delta.removed_nodes)
+            return [node for node_id in ids if node_id not in nodes and (node := before.get(node_id)) is not None]
+        return [node for node_id, node in before.items() if node_id not in nodes]
 
     @cached_property
     def changed_slots(self) -> list[SlotId]:
         """Slots whose claims are new or different since `previous` (all when there is none)."""
         if self.previous is None:
             return list(self.state.slots)
-        before = self.previous.slots
-        return [slot for slot, claims in self.state.slots.items() if not _same(before.get(slot), claims)]
+        before, slots = self.previous.slots, self.state.slots
+        if self.delta is not None:
+            return [slot for slot in self.delta.slots if slot in slots and not _same(before.get(slot), slots[slot])]
+        return [slot for slot, claims in slots.items() if not _same(before.get(slot), claims)]
 
     @cached_property
     def changed_requests(self) -> list[RequestRecord]:
         """Requests new or different since `previous` (all when there is none)."""
         if self.previous is None:
             return list(self.state.requests.values())
-        before = self.previous.requests
-        return [r for rid, r in self.state.requests.items() if not _same(before.get(rid), r)]
+        before, requests = self.previous.requests, self.state.requests
+        if self.delta is not None:
+            rids = dict.fromkeys([*(r.rid for r in self.delta.upsert_requests), *(g.rid for g in self.delta.grown_requests)])
+            return [r for rid in rids if (r := requests.get(rid)) is not None and not _same(before.get(rid), r)]
+        return [r for rid, r in requests.items() if not _same(before.get(rid), r)]
 
 
 def _same(before: object, now: object) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ..run_edits import Intervals, intervals, subtract
+from ..run_edits import as_runs, intervals, outside, subtract
 from ..schema import CacheState, NodeId, NodeRecord, RequestRecord, Runs
 from .history import StepView
 from .violation import Violation
@@ -20,18 +20,22 @@ from .violation import Violation
 KV = "kv-pages"
 
 
-def first_overlap(runs: Runs, within: Intervals) -> int | None:
-    """The first token of `runs` that lies in `within`, or None."""
-    starts, ends = within
+def first_overlap(runs: Runs, within: Runs) -> int | None:
+    """The first token of `runs` that lies in `within` (sorted, disjoint runs), or None: a
+    bisection a run, whatever the length of `within`."""
     for start, length in runs:
         if length <= 0:
             continue
-        i = bisect_right(starts, start) - 1
-        if i >= 0 and ends[i] > start:
+        i = bisect_right(within, start, key=_start) - 1
+        if i >= 0 and within[i][0] + within[i][1] > start:
             return start
-        if i + 1 < len(starts) and starts[i + 1] < start + length:
-            return starts[i + 1]
+        if i + 1 < len(within) and within[i + 1][0] < start + length:
+            return within[i + 1][0]
     return None
+
+
+def _start(run: tuple[int, int]) -> int:
+    return run[0]
 
 
 def truncate(runs: Runs, tokens: int) -> Runs:
@@ -55,7 +59,7 @@ def truncate(runs: Runs, tokens: int) -> Runs:
 def check_kv(view: StepView) -> list[Violation]:
     """Row prefixes of changed live requests, free-list overlaps, and page alignment."""
     state, step = view.state, view.step
-    free = intervals(state.kv.free_runs)
+    free = view.free_runs
     out: list[Violation] = []
     page = state.kv.page_size
     root = view.root
@@ -101,19 +105,26 @@ def _misaligned(node: NodeRecord, page: int, step: int) -> list[Violation]:
     return []
 
 
-def _newly_freed(view: StepView, free: Intervals) -> list[Violation]:
+def _newly_freed(view: StepView, free: Runs) -> list[Violation]:
     """Unchanged nodes against the tokens that joined the free list in this step (changed nodes
     were checked against all of it). On the first view every node is 'changed'."""
     previous = view.previous
     if previous is None or previous.kv is view.state.kv:
         return []
-    fresh = subtract(free, intervals(previous.kv.free_runs))
-    if not fresh[0]:
+    delta = view.delta
+    if delta is not None and delta.kv is None and delta.kv_edit is not None:  # O(the edit), not O(the free list)
+        spans = outside(intervals(delta.kv_edit.added), previous.kv.free_runs)
+    else:
+        spans = subtract(intervals(free), intervals(previous.kv.free_runs))
+    fresh = as_runs(spans)
+    if not fresh:
         return []
     changed = {node.id for node in view.changed_nodes}
+    nodes = view.state.nodes
     out = []
-    for node in view.state.nodes.values():
-        if node.id in changed or not node.kv_runs:
+    for node_id in view.kv_holders.candidates(fresh):
+        node = nodes.get(node_id)
+        if node is None or node_id in changed:
             continue
         token = first_overlap(node.kv_runs, fresh)
         if token is not None:
@@ -128,7 +139,7 @@ def _newly_freed(view: StepView, free: Intervals) -> list[Violation]:
     return out
 
 
-def _request_row(view: StepView, request: RequestRecord, free: Intervals) -> list[Violation]:
+def _request_row(view: StepView, request: RequestRecord, free: Runs) -> list[Violation]:
     """`req_to_token[row, :cache_protected_len]` is the KV of the path to `last_node`, and no
     token of the row is free."""
     step, rid = view.step, request.rid

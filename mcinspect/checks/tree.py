@@ -76,7 +76,7 @@ def _shape_candidates(view: StepView) -> list[NodeRecord]:
     if touched:
         seen = {node.id for node in candidates}
         for parent_id in touched:
-            candidates += [child for child in view.children.get(parent_id, ()) if child.id not in seen]
+            candidates += [child for child in view.children.of(parent_id) if child.id not in seen]
     return candidates
 
 
@@ -133,7 +133,7 @@ def check_locks(view: StepView) -> list[Violation]:
         node = nodes.get(node_id)
         if node is None or node.parent < 0:
             continue  # gone, or the root (its lock refs are sglang's permanent 1)
-        below = sum(child.full_lock for child in children.get(node_id, ()))
+        below = sum(child.full_lock for child in children.of(node_id))
         anchored = node.full_lock - below
         holders = anchored_requests.get(node_id, [])
         ids = dict(nodes=(node_id,), rids=tuple(holders))

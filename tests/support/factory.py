@@ -91,3 +91,14 @@ def delta(
         removed_nodes=[], slots={}, upsert_requests=[], removed_requests=[], kv=None, events=list(events),
         counters=counters or Counters(published=seq),
     )  # fmt: skip
+
+
+def runs_of(tokens: set[int]) -> list[tuple[int, int]]:
+    """Maximal sorted runs of a token set, built by a plain walk (not mcinspect's run code)."""
+    runs: list[tuple[int, int]] = []
+    for token in sorted(tokens):
+        if runs and runs[-1][0] + runs[-1][1] == token:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((token, 1))
+    return runs

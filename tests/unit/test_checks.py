@@ -21,7 +21,7 @@ import pytest
 from mcinspect.checks import CHECKS, NOT_CHECKED, StepView, UnknownCheck, Violation, check_step, run_checks, views
 from mcinspect.checks.kv import first_overlap, truncate
 from mcinspect.checks.writes import check_write_target
-from mcinspect.run_edits import intervals, subtract
+from mcinspect.run_edits import as_runs, intervals, subtract
 from mcinspect.schema import (
     CacheState,
     CowEvent,
@@ -724,9 +724,9 @@ def test_run_helpers_match_token_sets() -> None:
         b = [(rng.randrange(200), rng.randrange(15)) for _ in range(rng.randrange(8))]
         ia, ib = intervals(a), intervals(b)
         common = tokens(a) & tokens(b)
-        hit = first_overlap(a, ib)
+        hit = first_overlap(a, as_runs(ib))
         assert (hit in common) if common else hit is None
-        assert tokens([(s, e - s) for s, e in zip(*subtract(ia, ib))]) == tokens(a) - tokens(b)
+        assert tokens(as_runs(subtract(ia, ib))) == tokens(a) - tokens(b)
         n = rng.randrange(40)
         assert [t for s, length in truncate(a, n) for t in range(s, s + length)] == [t for s, length in a for t in range(s, s + length)][:n]
 

@@ -4,22 +4,16 @@ tokens, and a Delta's KvEdit applied by `apply_delta`, within and past a seq gap
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
-from mcinspect.run_edits import edit_runs, edited_leniently
-from mcinspect.schema import SCHEMA_VERSION, CacheState, Counters, Delta, KvEdit, KvState, Seq, Step, apply_delta, from_runs
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from mcinspect.run_edits import edit_runs, edited_leniently, intervals, outside  # noqa: E402
+from mcinspect.schema import SCHEMA_VERSION, CacheState, Counters, Delta, KvEdit, KvState, Seq, Step, apply_delta, from_runs  # noqa: E402
+
+from factory import runs_of  # noqa: E402
 
 SIZE = 200
-
-
-def runs_of(tokens: set[int]) -> list[tuple[int, int]]:
-    """Maximal sorted runs of a token set, built by a plain walk (not the code under test)."""
-    runs: list[tuple[int, int]] = []
-    for token in sorted(tokens):
-        if runs and runs[-1][0] + runs[-1][1] == token:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((token, 1))
-    return runs
 
 
 def random_set(rng: random.Random, density: float) -> set[int]:
@@ -43,6 +37,18 @@ def test_an_edit_equals_the_set_change_and_refuses_what_sglang_never_does() -> N
             refused += 1
         assert edited_leniently(runs_of(free), runs_of(removed), runs_of(added)) == runs_of((free - removed) | added)
     assert applied > 500 and refused > 200
+
+
+def test_outside_is_the_set_difference() -> None:
+    """Tokens of some intervals that are not in a free list (a step's freed tokens that were
+    not free before), found by bisection, against sets."""
+    rng = random.Random(1)
+    for _ in range(2000):
+        free = random_set(rng, rng.random())
+        tokens = random_set(rng, rng.random() * 0.3)
+        starts, ends = outside(intervals(runs_of(tokens)), runs_of(free))
+        assert {t for start, end in zip(starts, ends) for t in range(start, end)} == tokens - free
+        assert all(a < b for a, b in zip(ends, starts[1:]))  # sorted, and apart
 
 
 def test_edit_runs_leaves_its_input_alone() -> None:
