@@ -79,7 +79,8 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     return out_starts, out_ends
 
 
-def _start(run: Run) -> int:
+def run_start(run: Run) -> int:
+    """A run's first token: the key sorted runs are bisected by."""
     return run[0]
 
 
@@ -88,7 +89,7 @@ def _remove(runs: Runs, removed: Runs) -> Runs | None:
     edits: list[tuple[int, Runs]] = []  # (run index, what is left of it)
     for a, length in removed:
         b = a + length
-        i = bisect_right(runs, a, key=_start) - 1
+        i = bisect_right(runs, a, key=run_start) - 1
         if edits and edits[-1][0] == i:  # another range in the same run: cut what is left of it
             pieces = edits[-1][1]
             start, length = pieces.pop() if pieces else (a, 0)
@@ -121,7 +122,7 @@ def _add(runs: Runs, added: Runs) -> Runs | None:
             merged.append((a, b))
     edits: list[tuple[int, int, int, int]] = []  # (first run replaced, past the last, start, end)
     for a, b in merged:
-        i = bisect_left(runs, a, key=_start)
+        i = bisect_left(runs, a, key=run_start)
         lo, hi, start, end = i, i, a, b
         if i > 0:
             before = runs[i - 1][0] + runs[i - 1][1]
@@ -160,14 +161,14 @@ def outside(tokens: Intervals, runs: Runs) -> Intervals:
     out_ends: list[int] = []
     for start, end in zip(*tokens):
         cursor = start
-        i = max(bisect_right(runs, start, key=_start) - 1, 0)
+        i = max(bisect_right(runs, start, key=run_start) - 1, 0)
         while i < len(runs) and runs[i][0] < end:
-            run_start, run_end = runs[i][0], runs[i][0] + runs[i][1]
-            if run_end > cursor:
-                if run_start > cursor:
+            first, past = runs[i][0], runs[i][0] + runs[i][1]
+            if past > cursor:
+                if first > cursor:
                     out_starts.append(cursor)
-                    out_ends.append(run_start)
-                cursor = max(cursor, run_end)
+                    out_ends.append(first)
+                cursor = max(cursor, past)
             i += 1
         if cursor < end:
             out_starts.append(cursor)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ..run_edits import as_runs, intervals, outside, subtract
+from ..run_edits import as_runs, intervals, outside, run_start, subtract
 from ..schema import CacheState, NodeId, NodeRecord, RequestRecord, Runs
 from .history import StepView
 from .violation import Violation
@@ -26,16 +26,12 @@ def first_overlap(runs: Runs, within: Runs) -> int | None:
     for start, length in runs:
         if length <= 0:
             continue
-        i = bisect_right(within, start, key=_start) - 1
+        i = bisect_right(within, start, key=run_start) - 1
         if i >= 0 and within[i][0] + within[i][1] > start:
             return start
         if i + 1 < len(within) and within[i + 1][0] < start + length:
             return within[i + 1][0]
     return None
-
-
-def _start(run: tuple[int, int]) -> int:
-    return run[0]
 
 
 def truncate(runs: Runs, tokens: int) -> Runs:
