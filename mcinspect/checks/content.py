@@ -26,11 +26,10 @@ def check_content(view: StepView) -> list[Violation]:
     owners = view.tree_owners
     moved = view.end.moved
     ledger = view.ledger
-    first = view.previous is None  # a snapshot alone: every fingerprint it carries is news
     out: list[Violation] = []
-    for slot, now in state.contents.items():
-        if now.step != step and not first:
-            continue
+    # A snapshot alone: every fingerprint it carries is news.
+    for slot in view.fingerprinted if view.previous is not None else list(state.contents):
+        now = state.contents[slot]
         node = owners.get(slot)
         before = ledger.get(slot)
         # Compared only while the same node held the slot since the last fingerprint: no insert,

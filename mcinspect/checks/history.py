@@ -18,7 +18,7 @@ view (the session's frames are copies).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -53,6 +53,8 @@ class StepView:
     delta: Delta | None = None
     """The delta that made `state` of `previous`, when known: what changed is read from it, in
     O(the change), where comparing the two states is O(the tree) a step (100k nodes: ms)."""
+    owners_before: Mapping[SlotId, NodeId] | None = field(default=None, repr=False, compare=False)
+    """`previous`'s tree owners: this view's are those, moved by the slots that changed."""
 
     @classmethod
     def first(cls, state: CacheState, events: Sequence[Event] = (), engine: EngineInfo | None = None) -> StepView:
@@ -67,8 +69,11 @@ class StepView:
         (not after a gap: the changes of the deltas missed would not be seen)."""
         if not contiguous:
             return StepView.first(state, events, self.engine)
-        ledger = fold(self.end, self.state, self.tree_owners, self.changed_slots)
-        view = StepView(state=state, events=tuple(events), previous=self.state, ledger=ledger, engine=self.engine, delta=delta)
+        ledger = fold(self.end, self.state, self.tree_owners, self.changed_slots, self.fingerprinted)
+        view = StepView(
+            state=state, events=tuple(events), previous=self.state, ledger=ledger, engine=self.engine, delta=delta,
+            owners_before=self.tree_owners,
+        )  # fmt: skip
         if delta is not None and delta.kv is None and self.__dict__.get("free_runs") is self.state.kv.free_runs:
             view.__dict__["free_runs"] = state.kv.free_runs  # sorted and disjoint: an edit keeps them so (run_edits.py)
         handed = {name: index for name in CARRIED if (index := self.__dict__.pop(name, None)) is not None}
@@ -102,14 +107,38 @@ class StepView:
 
     @cached_property
     def tree_owners(self) -> dict[SlotId, NodeId]:
-        """Tree-owned slot -> its (first) owner node, from the slot claims."""
-        owners: dict[SlotId, NodeId] = {}
-        for slot, claims in self.state.slots.items():
-            for claim in claims:
-                if claim.kind == "tree":
-                    owners[slot] = claim.node
-                    break
+        """Tree-owned slot -> its (first) owner node, from the slot claims: the previous view's
+        moved by the slots whose claims changed (a dict copy), or read from every slot."""
+        slots = self.state.slots
+        if self.owners_before is None:
+            owners: dict[SlotId, NodeId] = {}
+            read: Iterable[SlotId] = slots
+        else:
+            owners, read = dict(self.owners_before), self.changed_slots
+        for slot in read:
+            owner = next((claim.node for claim in slots.get(slot, ()) if claim.kind == "tree"), None)
+            if owner is not None:
+                owners[slot] = owner
+            else:
+                owners.pop(slot, None)
         return owners
+
+    @cached_property
+    def changed_contents(self) -> list[SlotId]:
+        """Slots whose fingerprint record is new or different since `previous` (all when there
+        is none)."""
+        contents = self.state.contents
+        if self.previous is None:
+            return list(contents)
+        before = self.previous.contents
+        slots = self.delta.contents if self.delta is not None else contents
+        return [slot for slot in slots if (now := contents.get(slot)) is not None and not _same(before.get(slot), now)]
+
+    @cached_property
+    def fingerprinted(self) -> list[SlotId]:
+        """Slots fingerprinted at this boundary (a fingerprint stamped with its step)."""
+        contents, step = self.state.contents, self.step
+        return [slot for slot in self.changed_contents if contents[slot].step == step]
 
     @cached_property
     def root(self) -> NodeRecord | None:

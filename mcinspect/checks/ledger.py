@@ -136,11 +136,13 @@ def after(ledger: Ledger, events: Sequence[Event]) -> Timeline:
     return timeline
 
 
-def fold(end: Timeline, state: CacheState, owners: Mapping[SlotId, NodeId], changed: Iterable[SlotId]) -> Ledger:
-    """The ledger at `state`'s boundary, from the step's timeline, the state's tree owners and
-    the slots whose claims changed since the previous boundary (all slots at the start of a
-    history). Only slots that changed, were named by an event or got a new fingerprint are
-    revisited: every other entry already describes them.
+def fold(
+    end: Timeline, state: CacheState, owners: Mapping[SlotId, NodeId], changed: Iterable[SlotId], fingerprinted: Iterable[SlotId]
+) -> Ledger:
+    """The ledger at `state`'s boundary, from the step's timeline, the state's tree owners, the
+    slots whose claims changed since the previous boundary (all slots at the start of a
+    history) and those fingerprinted at it. Only slots that changed, were named by an event or
+    got a new fingerprint are revisited: every other entry already describes them.
 
     The state is the authority on ownership: where it disagrees with the events (events were
     lost, or sglang moved a slot without a hook firing), ownership counts from this step and
@@ -150,7 +152,6 @@ def fold(end: Timeline, state: CacheState, owners: Mapping[SlotId, NodeId], chan
     facts = dict(end.ledger.facts)
     facts.update(end.changed)
     contents = state.contents
-    fingerprinted = [slot for slot, content in contents.items() if content.step == step]
     for slot in {*changed, *end.changed, *fingerprinted}:
         known = facts.get(slot, UNKNOWN)
         owner = owners.get(slot)

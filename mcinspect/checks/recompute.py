@@ -72,12 +72,12 @@ def tolerance_text(oracle: str, forward: str = "") -> str:
 def check_recompute(view: StepView) -> list[Violation]:
     """Each verified record new at this boundary (not in the previous state): a component
     farther than its oracle's tolerance from the recompute, or a NaN distance, is a violation."""
-    previous = view.previous.contents if view.previous is not None else {}
     owners = view.tree_owners
     out: list[Violation] = []
-    for slot, now in view.state.contents.items():
-        if not is_verified(now) or previous.get(slot) == now:
-            continue  # not verified, or reported when first seen
+    for slot in view.changed_contents:
+        now = view.state.contents[slot]
+        if not is_verified(now):
+            continue
         excess = beyond(now.recompute_oracle, forward_of(now), now.recompute_conv_rel_l2, now.recompute_temporal_rel_l2)
         if excess is None:
             continue

@@ -1,9 +1,10 @@
 """`mcinspect check`'s time a step on a large tree: what a client checking a production engine's
 every-step stream spends on each frame, against the engine's step (20-50 ms).
 
-A tree of N nodes (tests/support/record_states.random_state) beside a fragmented KV free list
-of R runs; then `--steps` steps, each changing a few nodes, allocating a few tokens and freeing a
-few (so kv-pages looks for nodes holding the freed ones at every step), fed to the one check
+A tree of N nodes (tests/support/record_states.random_state; a fingerprint for each cached
+state) beside a fragmented KV free list of R runs; then `--steps` steps, each changing a few
+nodes, fingerprinting two cached states again, allocating a few tokens and freeing a few (so
+kv-pages looks for nodes holding the freed ones at every step), fed to the one check
 driver (check_driver.py) as `check` feeds it: the state and the frame it came of. Each size runs
 in a child process twice, first with `--before-site DIR`'s packages first on the path (e.g.
 main's: `pip install --no-deps --target DIR .` of it), then with this tree's; prints the median
@@ -34,7 +35,7 @@ def measure(nodes: int, runs: int, steps: int) -> dict[str, float]:
 
     from mcinspect import schema
     from mcinspect.check_driver import CheckDriver
-    from mcinspect.schema import Counters, KvState, NodeId, Seq, Step, copy_state
+    from mcinspect.schema import Counters, KvState, NodeId, Seq, SlotContent, Step, copy_state
 
     from record_states import random_state
 
@@ -42,6 +43,10 @@ def measure(nodes: int, runs: int, steps: int) -> dict[str, float]:
     state = random_state(nodes, 0, 0.5)
     base = 10 * nodes + 1_000_000  # the free list lies apart from the nodes' KV (random_state's)
     state.kv = KvState(page_size=1, size=base + 10 * runs + 10, free_runs=[(base + 10 * i, 3) for i in range(runs)])
+    state.contents = {
+        slot: SlotContent(slot, rng.getrandbits(63), 0, False, Step(0)) for slot in state.slots
+    }  # every cached state's fingerprint
+    cached = list(state.contents)
     driver = CheckDriver(names=None)
     takes_frame = "frame" in inspect.signature(driver.step).parameters
     driver.step(copy_state(state), (), counters=Counters(), restart=True)
@@ -53,14 +58,17 @@ def measure(nodes: int, runs: int, steps: int) -> dict[str, float]:
         given = [(free[i][0] + 5, 2)]  # a finished request's tokens, between two runs
         ids = rng.sample([n for n in state.nodes if n > 0], 4)
         upserts = [msgspec.structs.replace(state.nodes[NodeId(n)], hit_count=seq) for n in ids]
+        # two fingerprints taken again at this boundary (a recheck's), the same bits
+        prints = {slot: msgspec.structs.replace(state.contents[slot], step=Step(state.step + 1)) for slot in rng.sample(cached, 2)}
         delta = schema.Delta(
             schema_version=schema.SCHEMA_VERSION, seq=Seq(seq), step=Step(state.step + 1), upsert_nodes=upserts, removed_nodes=[],
-            slots={}, upsert_requests=[], removed_requests=[], kv=None, events=[], counters=Counters(),
+            slots={}, upsert_requests=[], removed_requests=[], kv=None, events=[], counters=Counters(), contents=prints,
             **({"kv_edit": schema.KvEdit(removed=taken, added=given)} if hasattr(schema, "KvEdit") else {}),
         )  # fmt: skip
         state = copy_state(state)
         state.step = delta.step
         state.nodes.update((n.id, n) for n in upserts)
+        state.contents.update(prints)
         kept = [run for run in free if run != free[0]] if free[0][1] == 1 else [(free[0][0] + 1, free[0][1] - 1), *free[1:]]
         state.kv = KvState(page_size=1, size=state.kv.size, free_runs=sorted(kept + given))
         frame = copy_state(state)

@@ -28,6 +28,7 @@ from mcinspect.schema import (  # noqa: E402
     Rid,
     Seq,
     SlotClaim,
+    SlotContent,
     SlotId,
     Snapshot,
     Step,
@@ -109,6 +110,18 @@ class World:
                 self.free |= leaked
         slot = SlotId(rng.randint(1, 40))
         claims = {slot: [SlotClaim(slot=slot, kind=rng.choice(["free", "tree"]), node=NodeId(rng.choice(ids)))]}
+        # Fingerprints taken at this boundary, and now and then one sent again as it was (an
+        # equal record is no change) or re-stamped earlier (the verifier's overlay).
+        contents = {}
+        for _ in range(rng.randint(0, 3)):
+            at = SlotId(rng.randint(1, 40))
+            known = self.state.contents.get(at)
+            kind = rng.random()
+            if known is not None and kind < 0.2:
+                contents[at] = msgspec.structs.replace(known)
+            else:
+                stamp = Step(seq if kind < 0.8 else max(seq - 3, 0))
+                contents[at] = SlotContent(slot=at, fingerprint=rng.getrandbits(63), nonfinite=0, zero=False, step=stamp)
         requests = self.state.requests
         rid = Rid(f"r{rng.randrange(6)}")
         upsert_requests = [] if rid in requests and rng.random() < 0.5 else [make_request(rid, 1, rng.randint(1, 40), (-1, -1))]
@@ -120,6 +133,7 @@ class World:
         delta = Delta(
             schema_version=SCHEMA_VERSION, seq=Seq(seq), step=Step(seq), upsert_nodes=upserts, removed_nodes=removed, slots=claims,
             upsert_requests=upsert_requests, removed_requests=[], grown_requests=grown, kv=None, events=[], counters=Counters(published=seq),
+            contents=contents,
             kv_edit=KvEdit(removed=runs_of(free_before - self.free), added=runs_of(self.free - free_before)),
         )  # fmt: skip
         apply_delta(self.state, delta)
@@ -142,6 +156,12 @@ def test_a_views_changes_from_its_delta_and_the_freed_tokens_through_the_carried
         assert sorted(n.id for n in with_delta.removed_nodes) == sorted(n.id for n in without.removed_nodes), seq
         assert sorted(r.rid for r in with_delta.changed_requests) == sorted(r.rid for r in without.changed_requests), seq
         assert sorted(with_delta.changed_slots) == sorted(without.changed_slots), seq
+        assert sorted(with_delta.changed_contents) == sorted(without.changed_contents), seq
+        stamped = sorted(slot for slot, content in world.state.contents.items() if content.step == seq)
+        assert sorted(with_delta.fingerprinted) == sorted(without.fingerprinted) == stamped, seq
+        assert with_delta.tree_owners == without.tree_owners == StepView.first(world.state).tree_owners, seq
+        # Every check finds the same either way (the random world breaks several invariants).
+        assert sorted(map(str, check_step(with_delta))) == sorted(map(str, check_step(without))), seq
         # The children index each chain hands on, against the tree as it is.
         below: dict[NodeId, list[NodeId]] = {}
         for node in world.state.nodes.values():
