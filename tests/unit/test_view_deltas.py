@@ -101,13 +101,11 @@ class World:
                 upserts.append(msgspec.structs.replace(node))
         upserts += [self.new_node() for _ in range(rng.randint(0, 4))]
         touched = {n.id for n in upserts} | set(removed)
-        leaked: set[int] = set()
         if rng.random() < 0.4:  # the bug: a token of a node left alone goes on the free list
             victim = nodes[rng.choice([i for i in ids if i not in touched])]
             held = sorted(tokens_of(victim.kv_runs) - self.free)
             if held:
-                leaked = {rng.choice(held)}
-                self.free |= leaked
+                self.free.add(rng.choice(held))
         slot = SlotId(rng.randint(1, 40))
         claims = {slot: [SlotClaim(slot=slot, kind=rng.choice(["free", "tree"]), node=NodeId(rng.choice(ids)))]}
         # Fingerprints taken at this boundary, and now and then one sent again as it was (an
