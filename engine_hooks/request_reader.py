@@ -29,7 +29,7 @@ from mcinspect.schema import NodeId, RequestGrowth, RequestRecord, Rid, SlotClai
 
 from .growing_runs import GrowingRuns
 from .req_kv import FlatKv, fields_of, node_id_of, prefix_len_of
-from .tensor_runs import FrozenRuns, HostViews, host_view, ints_of_many, runs_of_ints, version_of
+from .tensor_runs import FrozenRuns, HostViews, concat_on_host, host_view, runs_of_ints, version_of
 
 if TYPE_CHECKING:
     from .pools_0523 import HeldRequest
@@ -54,7 +54,7 @@ _NONE_VIEW = np.zeros(0, dtype=np.int64)
 class _Seen:
     """One request's (or streaming session's) values as last read, and what was built from them."""
 
-    __slots__ = ("req", "fields", "tensors", "views", "mirror_key", "mirrors", "key", "claims", "record", "lengths")
+    __slots__ = ("req", "fields", "tensors", "views", "device", "mirror_key", "mirrors", "key", "claims", "record", "lengths")
     __slots__ += ("row_key", "row_len", "runs")
 
     def __init__(self, req: Any, fields: Any, claims: tuple[SlotClaim, ...]) -> None:
@@ -63,6 +63,8 @@ class _Seen:
         """Working, ping-pong and cow-source tensors as last seen (their views are kept while
         each is the same object)."""
         self.views = (_NONE_VIEW, _NONE_VIEW, _NONE_VIEW)
+        self.device: tuple[tuple[Any, Any, Any], tuple[torch.Tensor, ...], tuple[int, int, int]] | None = None
+        """Off the host: the tensors, their flat views and lengths (`_device_parts`)."""
         self.mirror_key: tuple[Any, ...] | None = None
         """(row, the host mirrors' versions) `mirrors` were read at: while the same, so are they."""
         self.mirrors: tuple[Slots, Slots] = ((), ())
@@ -200,20 +202,41 @@ class RequestReader:
         return out
 
     def _device_ints(self, plans: list[_Plan]) -> list[Ints]:
-        """Every request's values in one device copy."""
-        tensors = []
-        for _, _, kv, *_ in plans:
-            tensors += [kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index]
-        rows = [row for _, _, _, _, row, _, _ in plans]
-        tensors += self._mirror_rows([row for row in rows if row is not None])
-        tails = [i for i, (*_, row, start, end) in enumerate(plans) if start < end]
-        tensors += [self.pool.req_to_token[plans[i][4], plans[i][5] : plans[i][6]] for i in tails]
-        values = ints_of_many(tensors)
-        n = len(plans)
-        mirrors = _split_rows(rows, tuple(values[3 * n]), tuple(values[3 * n + 1]))
-        read = dict(zip(tails, values[3 * n + 2 :]))
-        slots = [tuple(ints) for ints in values[: 3 * n]]
-        return [(*slots[3 * i : 3 * i + 3], working, ping_pong, read.get(i)) for i, (working, ping_pong) in enumerate(mirrors)]
+        """Every request's values in one device copy: its slot tensors through flat views kept
+        while each is the same object (`_device_parts`), the mirrors' rows in one gather, a
+        decode step's one-token tails in one gather (a slice and a reshape a request a step were
+        two thirds of this read at 256 requests: tests/bench/bench_decode_deltas.py)."""
+        parts: list[torch.Tensor] = []
+        widths: list[tuple[int, int, int]] = []
+        for _, _, kv, seen, *_ in plans:
+            flat, width = _device_parts(seen, kv)
+            parts += flat
+            widths.append(width)
+        rows = [plan[4] for plan in plans]
+        mirrors = self._mirror_rows([row for row in rows if row is not None])
+        parts += [mirror.reshape(-1) for mirror in mirrors if mirror is not None]
+        table = self.pool.req_to_token
+        ones = [i for i, plan in enumerate(plans) if plan[6] - plan[5] == 1]
+        longer = [i for i, plan in enumerate(plans) if plan[6] - plan[5] > 1]
+        if ones:
+            index = torch.tensor([[plans[i][4] for i in ones], [plans[i][5] for i in ones]], dtype=torch.int64, device=table.device)
+            parts.append(table[index[0], index[1]])
+        parts += [table[plans[i][4], plans[i][5] : plans[i][6]] for i in longer]
+        values = concat_on_host(parts).tolist()
+        slots: list[tuple[Slots, Slots, Slots]] = []
+        at = 0
+        for working_len, ping_pong_len, cow_len in widths:
+            a, b, c = at + working_len, at + working_len + ping_pong_len, at + working_len + ping_pong_len + cow_len
+            slots.append((tuple(values[at:a]), tuple(values[a:b]), tuple(values[b:c])))
+            at = c
+        lengths = [0 if mirror is None else mirror.numel() for mirror in mirrors]
+        by_row = _split_rows(rows, tuple(values[at : at + lengths[0]]), tuple(values[at + lengths[0] : at + lengths[0] + lengths[1]]))
+        at += lengths[0] + lengths[1]
+        tails: dict[int, list[int]] = {}
+        for i in (*ones, *longer):
+            tails[i] = values[at : at + plans[i][6] - plans[i][5]]
+            at += plans[i][6] - plans[i][5]
+        return [(*slots[i], *by_row[i], tails.get(i)) for i in range(len(plans))]
 
     def _mirror_rows(self, present: list[int]) -> list[Any]:
         """The mirrors' entries for the rows `present`, gathered in one index op per mirror
@@ -347,6 +370,25 @@ def _move_claims(claims: Claims, changed: list[tuple[Rid, tuple[SlotClaim, ...],
         else:
             del claims[slot]
     return moved
+
+
+def _device_parts(seen: _Seen, kv: Any) -> tuple[tuple[torch.Tensor, ...], tuple[int, int, int]]:
+    """A request's working, ping-pong and cow-source tensors as flat views (its absent ones
+    left out), and each one's length (0: absent); kept in `seen` while each is the same object
+    and at most 1-d (a view of one shares its memory: every write shows through)."""
+    tensors = (kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index)
+    kept = seen.device
+    if kept is not None and kept[0][0] is tensors[0] and kept[0][1] is tensors[1] and kept[0][2] is tensors[2]:
+        return kept[1], kept[2]
+    flat = tuple(tensor.reshape(-1) for tensor in tensors if tensor is not None)
+    width = (_numel(tensors[0]), _numel(tensors[1]), _numel(tensors[2]))
+    if all(tensor is None or tensor.dim() <= 1 for tensor in tensors):
+        seen.device = (tensors, flat, width)
+    return flat, width
+
+
+def _numel(tensor: torch.Tensor | None) -> int:
+    return 0 if tensor is None else tensor.numel()
 
 
 def _flat_view(tensor: torch.Tensor) -> np.ndarray | None:

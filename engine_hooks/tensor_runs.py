@@ -48,16 +48,21 @@ def host_concat(values: Sequence[IndexValue]) -> tuple[np.ndarray, list[int]]:
         lengths.append(length)
         if length:
             parts.append(value)
+    return concat_on_host(parts), lengths
+
+
+def concat_on_host(parts: Sequence[torch.Tensor]) -> np.ndarray:
+    """1-d tensors (any devices, int32 or int64) as one int64 host array: one device copy."""
     if not parts:
-        return np.zeros(0, dtype=np.int64), lengths
+        return np.zeros(0, dtype=np.int64)
     if len(parts) == 1:
         flat = parts[0]
     else:
         try:
-            flat = torch.cat(parts)  # promotes int32 rows and int64 slots to int64
+            flat = torch.cat(list(parts))  # promotes int32 rows and int64 slots to int64
         except RuntimeError:  # values on different devices (rare): gather on the host
             flat = torch.cat([part.cpu() for part in parts])
-    return flat.to("cpu", torch.int64).numpy(), lengths
+    return flat.to("cpu", torch.int64).numpy()
 
 
 def ints_of_many(values: Sequence[IndexValue]) -> list[list[int]]:

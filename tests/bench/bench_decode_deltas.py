@@ -9,7 +9,9 @@ gains a run per token, and whole records made every step's delta grow with the r
 requests' lengths. Prints, every 50 steps, a step's encoded bytes and encoding time both ways,
 measured on the same reads (median of the last 10 steps, and the worst of the steps encoded so
 far: only those 10 of every 50, the whole records' lists being garbage the others do not make),
-and the reader's time (median of the last 10 steps, worst of all so far).
+and the reader's time (median of the last 10 steps, worst of all so far), on the host path and
+on the path a GPU engine's tensors take (one device copy a read: here on the same CPU tensors,
+so its Python and dispatch cost without a device's copy).
 
 Run: `.venv/bin/python tests/bench/bench_decode_deltas.py [--requests 64] [--steps 200] [--page-size 1]`
 """
@@ -21,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
 from mcinspect_engine_hooks.cpu_engine import patches  # noqa: E402
@@ -38,6 +41,13 @@ from mcinspect_engine_hooks.request_reader import RequestReader  # noqa: E402
 import cpu_cache  # noqa: E402
 
 PROMPT = 40
+
+
+class DevicePathReader(RequestReader):
+    """The reader as off the host (its one-copy path), on these host tensors."""
+
+    def _host_ints(self, plans: Any) -> None:
+        return None
 
 
 def timed_encode(encoder: msgspec.msgpack.Encoder, value: object) -> tuple[int, float]:
@@ -61,7 +71,9 @@ def main() -> None:
     )
     encoder = growing_runs.encoder()  # the engine's: records' runs are GrowingRuns
     print(f"{n} requests decoding, page size {page}: per step (median of the last 10 steps / worst so far)")
-    print(f"{'step':>5} {'KV runs':>8} {'whole records':>24} {'growths':>22} {'bytes':>7} {'time':>7} {'reader us':>10}")
+    print(
+        f"{'step':>5} {'KV runs':>8} {'whole records':>24} {'growths':>22} {'bytes':>7} {'time':>7} {'reader us':>10} {'device path':>11}"
+    )
     with torch.inference_mode():
         drive = Driver(scheduler)
         reqs = []
@@ -71,15 +83,21 @@ def main() -> None:
             reqs.append(req)
         reader = RequestReader(scheduler.req_to_token_pool)
         reader.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
+        device = DevicePathReader(scheduler.req_to_token_pool)
+        device.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
         whole: list[tuple[int, float]] = []
         grown: list[tuple[int, float]] = []
         reads: list[float] = []
+        device_reads: list[float] = []
         for step in range(1, args.steps + 1):
             for req in reqs:
                 drive.decode(req, [step % 50])
             began = time.perf_counter()
             read = reader.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
             reads.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            device.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
+            device_reads.append(time.perf_counter() - began)
             assert not read.upserts and len(read.grown) == n, "a decode step's records go out as growths"
             checkpoint = step % 50 == 0 or step == args.steps
             if not checkpoint and (step % 50 < 40 and args.steps - step >= 10):
@@ -100,7 +118,8 @@ def main() -> None:
                 ratio_time = statistics.median(t for _, t in whole[-10:]) / statistics.median(t for _, t in grown[-10:])
                 print(
                     f"{step:5d} {runs:8d} {cells[0]:>24} {cells[1]:>22} {ratio_bytes:6.1f}x {ratio_time:6.1f}x "
-                    f"{1e6 * statistics.median(reads[-10:]):6.0f}/{1e6 * max(reads):4.0f}"
+                    f"{1e6 * statistics.median(reads[-10:]):6.0f}/{1e6 * max(reads):4.0f} "
+                    f"{1e6 * statistics.median(device_reads[-10:]):6.0f}/{1e6 * max(device_reads):4.0f}"
                 )
 
 

@@ -42,14 +42,15 @@ def read(reader: RequestReader, scheduler: SimpleNamespace) -> Read:
 
 
 class Checked:
-    """One reader kept across steps; each read compared with fresh readers' (host and device
-    paths), its `moved` with the claim lists that really changed, and its `upserts` and `grown`
+    """One reader kept across steps, and one kept on the device path; each read compared with
+    the other's and with fresh readers' (host and device paths), its `moved` with the claim lists that really changed, and its `upserts` and `grown`
     with the records that differ from the last read's: applied to those as a client applies
     them (schema.apply_delta), they give this read's records."""
 
     def __init__(self, scheduler: SimpleNamespace) -> None:
         self.scheduler = scheduler
         self.reader = RequestReader(scheduler.req_to_token_pool)
+        self.device_reader = DeviceCopyReader(scheduler.req_to_token_pool)
         self.claims: dict[int, list[Any]] = {}
         self.records: dict[Any, Any] = {}
         self.grown: list[Any] = []
@@ -57,6 +58,8 @@ class Checked:
 
     def read(self) -> tuple[dict[Any, Any], set[int]]:
         records, claims, moved, upserts, self.grown = read(self.reader, self.scheduler)
+        kept = read(self.device_reader, self.scheduler)  # its views kept from step to step
+        assert (kept.records, kept.claims, kept.moved, kept.upserts, kept.grown) == (records, claims, moved, upserts, self.grown)
         for fresh_reader in (RequestReader, DeviceCopyReader):
             fresh_records, fresh_claims, *_ = read(fresh_reader(self.scheduler.req_to_token_pool), self.scheduler)
             assert records == fresh_records and list(records) == list(fresh_records)
@@ -103,6 +106,11 @@ def test_incremental_reads_equal_fresh_reads() -> None:
             # the two rows take one token each in turn (page size 1): a's first continues its
             # prompt's run, each later one is a run of its own
             assert [len(g.added_runs) for g in checked.grown] == [1, 1] and len(records[a.rid].kv_runs) == 1 + token
+        c = drive.admit(list(range(300, 330)))
+        drive.decode(a, [5])  # a one-token tail and c's whole row in one read
+        drive.prefill(c, 30)
+        records, _ = checked.read()
+        assert records[a.rid].allocated_len == 46 and records[c.rid].allocated_len == 30
         drive.prefill(b, 32)  # tracked: b's ping-pong entries move
         records, moved = checked.read()
         assert records[b.rid].last_track_seqlen == 32 and moved
