@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-Run = tuple[int, int]
+from mcinspect.run_edits import Run
 
 
 class GrowingRuns:

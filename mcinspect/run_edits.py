@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 Run = tuple[int, int]
 Runs = list[Run]
+"""Compressed index list: (start, length) runs of consecutive KV token indices (the schema's)."""
 
 
 def edit_runs(runs: Runs, removed: Runs, added: Runs) -> Runs | None:

@@ -19,7 +19,7 @@ from typing import Literal, NewType
 
 import msgspec
 
-from .run_edits import edit_runs, edited_leniently
+from .run_edits import Runs, edit_runs, edited_leniently
 
 SCHEMA_VERSION = 4
 """Bumped on any incompatible change of the structs below."""
@@ -53,9 +53,6 @@ Step = NewType("Step", int)
 """Scheduler step: `process_batch_result` calls since the hooks started."""
 Seq = NewType("Seq", int)
 """Per-process sequence number of published deltas; consecutive, starting at 1."""
-
-Runs = list[tuple[int, int]]
-"""Compressed index list: (start, length) runs of consecutive KV token indices."""
 
 
 class _Message(msgspec.Struct, tag=True, forbid_unknown_fields=True, frozen=True):
