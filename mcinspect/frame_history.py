@@ -2,7 +2,7 @@
 
 The last `size` frames, one per applied delta or resync. Each frame keeps its delta (what
 changed, and the step's events); every `keyframe_every` frames one keeps a shallow copy of the
-whole state instead (its dicts of references: node, slot and request records are immutable and
+whole state too (its dicts of references: node, slot and request records are immutable and
 shared between frames). `state_at` rebuilds a frame from the nearest keyframe before it plus at
 most `keyframe_every - 1` deltas. Memory: the deltas of the window plus at most
 ceil(size / keyframe_every) + 1 shallow copies. A resync enters the history as the delta
@@ -37,7 +37,8 @@ class FrameEvicted(LookupError):
 class _Entry(Generic[InfoT]):
     info: InfoT
     delta: Delta | None
-    """How to get here from the previous entry; None where `keyframe` holds the whole state."""
+    """How to get here from the previous entry; None where a snapshot began (`keyframe` then
+    holds the whole state)."""
     keyframe: CacheState | None
 
 
@@ -56,7 +57,7 @@ class FrameHistory(Generic[InfoT]):
         if len(self.entries) >= self._size:
             self._evict_oldest()
         if delta is None or not self.entries or self._since_keyframe + 1 >= self._keyframe_every:
-            self.entries.append(_Entry(info, None, copy_state(live)))
+            self.entries.append(_Entry(info, delta, copy_state(live)))
             self._since_keyframe = 0
         else:
             self.entries.append(_Entry(info, delta, None))
@@ -70,12 +71,16 @@ class FrameHistory(Generic[InfoT]):
             successor = self.entries[0]
             assert oldest.keyframe is not None and successor.delta is not None
             apply_delta(oldest.keyframe, successor.delta)
-            successor.keyframe, successor.delta = oldest.keyframe, None
+            successor.keyframe = oldest.keyframe
+
+    def frame_at(self, index: int) -> tuple[InfoT, Delta | None]:
+        """Frame `index`'s info, and the delta that made it of the frame before it (None: a
+        snapshot began there); raises FrameEvicted outside the window."""
+        entry = self.entries[self._position(index)]
+        return entry.info, entry.delta
 
     def state_at(self, index: int) -> CacheState:
-        if not self.entries or not 0 <= index - self.entries[0].info.index < len(self.entries):
-            raise FrameEvicted(f"frame {index} is not in the history")
-        position = index - self.entries[0].info.index
+        position = self._position(index)
         base = position
         while self.entries[base].keyframe is None:
             base -= 1
@@ -87,6 +92,11 @@ class FrameHistory(Generic[InfoT]):
             assert delta is not None
             apply_delta(state, delta)
         return state
+
+    def _position(self, index: int) -> int:
+        if not self.entries or not 0 <= index - self.entries[0].info.index < len(self.entries):
+            raise FrameEvicted(f"frame {index} is not in the history")
+        return index - self.entries[0].info.index
 
 
 def delta_towards(old: CacheState, snapshot: Snapshot) -> Delta:

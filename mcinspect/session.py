@@ -246,6 +246,14 @@ class Session:
         with self._lock:
             return self._history.state_at(index)
 
+    def delta_at(self, index: int) -> Delta | None:
+        """The stream delta that made frame `index` of the frame before it (None for a resync:
+        its delta is the session's own difference towards a snapshot); raises FrameEvicted
+        outside the window."""
+        with self._lock:
+            info, delta = self._history.frame_at(index)
+        return None if info.resync else delta
+
     def counters(self) -> SessionCounters:
         """The session's health counters and the engine's latest ones."""
         c = self._counts

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..schema import CacheState, SlotClaim, SlotContent, SlotId, Step
+from ..schema import CacheState, Delta, SlotClaim, SlotContent, SlotId, Step
 from .source import FrameMeta
 from .violations import Checker, ViolationRow
 
@@ -52,13 +53,17 @@ class Findings:
         """Index of the first frame not ingested yet (-1 before the first)."""
         return self._next_frame
 
-    def ingest(self, frame: FrameMeta, state: CacheState) -> list[ViolationRow]:
-        """Take the next frame: diff its slots against the previous one and run the checks."""
+    def ingest(self, frame: FrameMeta, state: CacheState, delta: Delta | None = None) -> list[ViolationRow]:
+        """Take the next frame: diff its slots against the previous one and run the checks.
+        `delta`: the stream delta that made `state` of the previous frame's, if known (the diff
+        and the checks then read what changed from it)."""
         previous = self._previous
         if previous is not None and frame.index != self._next_frame:
             previous = None  # frames were skipped (left the history): no diff across the hole
-        found = [ViolationRow(frame.index, v) for v in self.checker(previous, state, frame)] if self.checker is not None else []
-        changes = _slot_changes(previous, state, frame) if previous is not None else []
+        if previous is None:
+            delta = None
+        found = [ViolationRow(frame.index, v) for v in self.checker(previous, state, frame, delta)] if self.checker is not None else []
+        changes = _slot_changes(previous, state, frame, delta) if previous is not None else []
         with self._lock:
             if previous is None:  # first frame, or after a hole: history restarts here
                 self._baseline = (frame.index, state)
@@ -98,13 +103,20 @@ class Findings:
             return [start] + [c for c in self._slots.get(slot, ()) if c.frame <= up_to_frame]
 
 
-def _slot_changes(previous: CacheState, state: CacheState, frame: FrameMeta) -> list[tuple[SlotId, SlotChange]]:
+def _slot_changes(previous: CacheState, state: CacheState, frame: FrameMeta, delta: Delta | None) -> list[tuple[SlotId, SlotChange]]:
     # Claim lists and contents are replaced, never edited, when a slot changes, so identity
-    # settles most slots at once; equality covers states that were decoded separately.
+    # settles most slots at once; equality covers states that were decoded separately. With the
+    # delta only the slots it names can differ (a pass over 10k slots was ms a frame).
     old_slots, old_contents = previous.slots, previous.contents
     step = Step(state.step)
     changes = []
-    for slot, claims in state.slots.items():
+    if delta is None:
+        slots: Iterable[SlotId] = state.slots
+    else:
+        named = {*delta.slots, *delta.contents, *delta.removed_contents}
+        slots = [slot for slot in named if slot in state.slots]
+    for slot in slots:
+        claims = state.slots[slot]
         old = old_slots.get(slot)
         content = state.contents.get(slot)
         old_content = old_contents.get(slot)

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..schema import CacheState, EngineInfo, NodeId, VerifyStats
+from ..schema import CacheState, Delta, EngineInfo, NodeId, VerifyStats
 from ..verify_command import Judged, VerifyError  # imports no client: replays stay free of zmq
 from .source import DataSource, FrameGone, FrameMeta, NodeChanges, SourceHealth
 
@@ -52,6 +52,9 @@ class PendingSource:
         raise FrameGone("not connected yet")
 
     def node_changes(self, index: int) -> NodeChanges | None:
+        return None
+
+    def delta_at(self, index: int) -> Delta | None:
         return None
 
     def verify(self, nodes: list[NodeId]) -> list[Judged]:

@@ -77,3 +77,7 @@ class ReplaySource:
 
     def node_changes(self, index: int) -> NodeChanges | None:
         return NodeChanges.of(self._frames[index]) if 0 <= index < len(self._frames) else None
+
+    def delta_at(self, index: int) -> Delta | None:
+        frame = self._frames[index] if 0 <= index < len(self._frames) else None
+        return frame if isinstance(frame, Delta) else None

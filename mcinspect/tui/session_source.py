@@ -140,3 +140,13 @@ class SessionSource:
             return self._session.state_at(index)
         except FrameEvicted as exc:
             raise FrameGone(str(exc)) from None
+
+    def delta_at(self, index: int) -> Delta | None:
+        from ..session import FrameEvicted
+
+        if self._session is None:
+            return None
+        try:
+            return self._session.delta_at(index)
+        except FrameEvicted:
+            return None

@@ -118,6 +118,10 @@ class DataSource(Protocol):
         """What frame `index` changed in the tree relative to frame `index - 1`, if known
         (it saves the views a scan of every node)."""
 
+    def delta_at(self, index: int) -> Delta | None:
+        """The stream delta that made frame `index` of frame `index - 1`, where one did (None:
+        a snapshot or resync frame, or not kept); it saves the checks a pass over the state."""
+
     def verify(self, nodes: list[NodeId]) -> list[Judged]:
         """Ask the engine to recompute these nodes' states now (T2); blocks: call from a worker.
         Raises a McinspectError where there is no engine to ask (a recording)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..schema import CacheState, Counters, EngineInfo, Event, NodeId, Seq, Step, VerifyStats
+from ..schema import CacheState, Counters, Delta, EngineInfo, Event, NodeId, Seq, Step, VerifyStats
 from ..verify_command import Judged, VerifyError  # imports no client: replays stay free of zmq
 from .source import FrameGone, FrameMeta, NodeChanges, SourceHealth
 
@@ -68,3 +68,6 @@ class StaticSource:
 
     def node_changes(self, index: int) -> NodeChanges | None:
         return self.changes[index] if 0 <= index < len(self.changes) else None
+
+    def delta_at(self, index: int) -> Delta | None:
+        return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..check_driver import CheckDriver
 from ..checks import CheckFailed, Violation
-from ..schema import CacheState, EngineInfo, NodeId, Rid, SlotId, Step
+from ..schema import CacheState, Delta, EngineInfo, NodeId, Rid, SlotId, Step
 from .source import DataSource, FrameMeta
 
 
@@ -49,9 +49,10 @@ class ViolationRow:
         return self.violation.rids[0] if self.violation.rids else Rid("")
 
 
-Checker = Callable[[CacheState | None, CacheState, FrameMeta], list[Violation]]
+Checker = Callable[[CacheState | None, CacheState, FrameMeta, Delta | None], list[Violation]]
 """(state at the previous frame, or None at the start or after a hole; state at this frame;
-this frame) -> its violations. Called once per frame, in frame order."""
+this frame; the stream delta that made this state of the previous one, if known) -> its
+violations. Called once per frame, in frame order."""
 
 
 def real_checks(source: DataSource) -> Checker:
@@ -64,9 +65,10 @@ def checks_checker(engine: Callable[[], EngineInfo | None]) -> Checker:
     gives the EngineInfo once known."""
     driver = CheckDriver(engine)
 
-    def run(previous: CacheState | None, state: CacheState, frame: FrameMeta) -> list[Violation]:
+    def run(previous: CacheState | None, state: CacheState, frame: FrameMeta, delta: Delta | None) -> list[Violation]:
         try:
-            return driver.step(state, frame.events, counters=frame.engine, restart=previous is None or frame.resync)
+            restart = previous is None or frame.resync
+            return driver.step(state, frame.events, counters=frame.engine, restart=restart, frame=delta)
         except CheckFailed as exc:  # a check choking on this state is itself worth a row
             return [Violation(check=exc.name, step=Step(exc.step), reason=f"the check failed on this step: {exc.__cause__!r}")]
 

@@ -30,7 +30,7 @@ def _replayed_violations() -> list[tuple[int, tuple[int, ...]]]:
     fault, found = states("fault"), []
     for index, state in enumerate(fault):
         frame = StaticFrame(index=index, seq=index, step=state.step, received_at=0.0)
-        found += [(v.step, v.slots) for v in claimed_twice(fault[index - 1] if index else None, state, frame)]
+        found += [(v.step, v.slots) for v in claimed_twice(fault[index - 1] if index else None, state, frame, None)]
     return found
 
 

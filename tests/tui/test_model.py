@@ -11,11 +11,13 @@ from snapshot_apps.replay_app import load
 from mcinspect.schema import CacheState, KvState, NodeId, NodeRecord, SlotClaim, SlotId, Step, pack_tokens
 from mcinspect.tui.app import InspectorApp
 from mcinspect.tui.findings import Findings
+from mcinspect.tui.ingest import FrameStates
 from mcinspect.tui.model import FrameView, PageOwner, SlotOwner, runs_after, slot_owner
 from mcinspect.tui.page_index import TreePages
 from mcinspect.tui.source import NodeChanges
 from mcinspect.tui.tree_index import ROOT_PARENT, build_children, patch_children
 from mcinspect.tui.tree_rows import CHILD_PAGE, build_rows, limit_to_show
+from mcinspect.tui.violations import real_checks
 
 import factory
 from facts import first_double_claim, states
@@ -117,7 +119,7 @@ def test_patched_index_equals_a_fresh_build() -> None:
 def test_ledger_records_slot_history_and_checks_in_order() -> None:
     seen: list[int] = []
 
-    def checker(previous, state, frame):  # type: ignore[no-untyped-def]
+    def checker(previous, state, frame, delta):  # type: ignore[no-untyped-def]
         seen.append(frame.index)
         return []
 
@@ -135,6 +137,33 @@ def test_ledger_records_slot_history_and_checks_in_order() -> None:
     history = findings.slot_history(slot, up_to_frame=claimed)
     assert [(change.step, list(change.claims)) for change in history] == expected
     assert len(history[-1].claims) == 2 and findings.slot_history(slot, up_to_frame=0) == history[:1]
+
+
+def test_frames_taken_with_their_deltas_find_what_whole_states_find() -> None:
+    """The ingest path (each state the last one moved by its frame's delta, the delta handed to
+    the checks and the slot history) finds the same violations and slot changes as states the
+    source rebuilds whole and checks compared whole."""
+    found = {}
+    for name in ("fault", "clean", "tp2-desync"):
+        source = load(name)
+        frames = source.frames()
+        whole, by_delta = Findings(real_checks(source)), Findings(real_checks(source))
+        taken = FrameStates(source)
+        deltas = 0
+        for frame in frames:
+            state, delta = taken.take(frame)
+            assert state == source.state_at(frame.index)
+            deltas += delta is not None
+            whole.ingest(frame, source.state_at(frame.index))
+            by_delta.ingest(frame, state, delta)
+        assert deltas == len(frames) - 1, name  # every frame but the recording's first snapshot
+        rows = [(row.frame, row.violation) for row in by_delta.violations()]
+        assert rows == [(row.frame, row.violation) for row in whole.violations()], name
+        last = frames[-1].index
+        for slot in source.state_at(last).slots:
+            assert by_delta.slot_history(slot, last) == whole.slot_history(slot, last), (name, slot)
+        found[name] = len(rows)
+    assert found["fault"] > 0 and found["clean"] == 0, found
 
 
 def _pages_node(node_id: int, runs: list[tuple[int, int]], evicted: bool = False) -> NodeRecord:

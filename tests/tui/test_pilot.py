@@ -86,7 +86,7 @@ async def test_mcinspect_checks_find_the_slot_claimed_twice() -> None:
 
 @run_async
 async def test_a_failing_checker_is_reported_not_fatal() -> None:
-    def broken(previous, state, frame):  # type: ignore[no-untyped-def]
+    def broken(previous, state, frame, delta):  # type: ignore[no-untyped-def]
         raise RuntimeError("boom")
 
     app = InspectorApp(load("fault"), checks=lambda source: broken)

@@ -241,12 +241,19 @@ def _follow(session: Session, engine: _Engine, timeout_s: float = 10.0) -> None:
 
 
 def _assert_time_travel(session: Session, engine: _Engine, after_index: int = -1) -> None:
-    """Every frame the session still holds (past `after_index`) is the engine's state at its seq."""
+    """Every frame the session still holds (past `after_index`) is the engine's state at its seq,
+    and each frame's stream delta (none for a resync) moves the frame before it there."""
     assert engine.states is not None
     frames = [f for f in session.history() if f.index > after_index]
     assert frames
-    for frame in frames:
+    for before, frame in zip([None, *frames], frames):
         assert session.state_at(frame.index) == engine.states[frame.seq], frame
+        delta = session.delta_at(frame.index)
+        assert (delta is None) == frame.resync, frame
+        if delta is not None and before is not None:
+            state = session.state_at(before.index)
+            apply_delta(state, delta)
+            assert delta.seq == frame.seq and state == engine.states[frame.seq], frame
 
 
 def _eventually_bound(make: Callable[[], _Engine], timeout_s: float = 2.0) -> _Engine:

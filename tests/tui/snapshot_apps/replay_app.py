@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mcinspect.checks import Violation
 from mcinspect.recording import RecordingReader
-from mcinspect.schema import CacheState, Step
+from mcinspect.schema import CacheState, Delta, Step
 from mcinspect.tui import Checker, DataSource, InspectorApp, RankSources, ReplaySource, SourceHealth, load_recordings
 from mcinspect.tui import real_checks as real_checks_for
 from mcinspect.tui.details import claim_text
@@ -32,7 +32,7 @@ def load(name: str, source_class: type[ReplaySource] = ReplaySource, label: str 
     return source_class(list(reader), reader.info, label or path.name)
 
 
-def claimed_twice(previous: CacheState | None, state: CacheState, frame: FrameMeta) -> list[Violation]:
+def claimed_twice(previous: CacheState | None, state: CacheState, frame: FrameMeta, delta: Delta | None) -> list[Violation]:
     """A stand-in for mcinspect.checks in the snapshot tests, so that their baselines change with
     the TUI and not with the checks' wording: each slot at the step it became claimed twice."""
     found = []
