@@ -35,20 +35,20 @@ def check_file(path: str, names: Iterable[str] | None = None, on_warning: Callab
     readers = [RecordingReader(p, on_warning=on_warning) for p in rank_paths(path)]
     agreement = RankAgreement([r.info for r in readers]) if len(readers) > 1 and (names is None or TP_AGREE in set(names)) else None
     streams = [_by_step(rank, _checked_states(reader, names, on_warning)) for rank, reader in enumerate(readers)]
-    for _, rank, state, found in heapq.merge(*streams, key=lambda item: item[0]):
+    for _, rank, state, frame, found in heapq.merge(*streams, key=lambda item: item[0]):
         for violation in found:
             yield _of_rank(violation, rank)
         if agreement is not None:
-            yield from agreement.add(rank, state)
+            yield from agreement.add(rank, state, frame)
 
 
 def _by_step(
-    rank: int, states: Iterator[tuple[CacheState, list[Violation]]]
-) -> Iterator[tuple[tuple[int, int], int, CacheState, list[Violation]]]:
+    rank: int, states: Iterator[tuple[CacheState, Delta | Snapshot, list[Violation]]]
+) -> Iterator[tuple[tuple[int, int], int, CacheState, Delta | Snapshot, list[Violation]]]:
     """A rank's checked states keyed for the lockstep merge: by step, then rank (a reference
     rank's state comes before those compared with it)."""
-    for state, found in states:
-        yield (state.step, rank), rank, state, found
+    for state, frame, found in states:
+        yield (state.step, rank), rank, state, frame, found
 
 
 def _of_rank(violation: Violation, rank: int) -> Violation:
@@ -58,15 +58,15 @@ def _of_rank(violation: Violation, rank: int) -> Violation:
 
 def _checked_states(
     reader: RecordingReader, names: Iterable[str] | None, on_warning: Callable[[str], None]
-) -> Iterator[tuple[CacheState, list[Violation]]]:
-    """Each frame's state of a recording with the violations the per-step checks find in it."""
+) -> Iterator[tuple[CacheState, Delta | Snapshot, list[Violation]]]:
+    """Each frame's state of a recording, the frame, and the violations the per-step checks find in it."""
     driver = CheckDriver(lambda: reader.info, names)
     replay = Replay(on_warning, str(reader.path))
     frames = 0
     for index, frame in enumerate(reader):
         state = copy_state(replay.apply(index, frame))  # the views keep the previous state
         events = frame.events if isinstance(frame, Delta) else ()
-        yield state, driver.step(state, events, counters=frame.counters, restart=isinstance(frame, Snapshot), frame=frame)
+        yield state, frame, driver.step(state, events, counters=frame.counters, restart=isinstance(frame, Snapshot), frame=frame)
         frames += 1
     if not frames:
         raise StepNotRecorded(f"{reader.path} holds no whole frame: nothing to check")
@@ -98,7 +98,7 @@ def check_live(
             state = copy_state(replay.apply(info.index, frame))
             for violation in driver.step(state, info.events, counters=frame.counters, restart=info.resync, frame=frame):
                 on_violation(_of_rank(violation, rank))
-            for violation in agreement[0].add(rank, state) if agreement else ():
+            for violation in agreement[0].add(rank, state, frame) if agreement else ():
                 on_violation(violation)
             checked[rank] += 1
             if rank == 0 and steps is not None and checked[0] > steps:

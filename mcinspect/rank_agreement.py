@@ -5,7 +5,9 @@ state at the same step (checks/cross_rank.py) as soon as both are there.
 A state is held only while the other side may still bring its step: a reference rank's until
 every rank compared with it has gone past that step, another rank's until its reference has.
 Ranks in lockstep hold one state each; a rank far behind (a burst after a resync) at most
-MAX_HELD, the oldest going first.
+MAX_HELD, the oldest going first. Beside them, each rank's frames since its pairs' last compared
+step say which records the frame's delta changed (`PairAgreement`: a step then compares those
+alone, not every record of both trees).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from .checks import Violation
-from .checks.cross_rank import disagreements, reference_ranks
-from .schema import CacheState, EngineInfo, Step
+from .checks.cross_rank import PairAgreement, RankKeys, reference_ranks
+from .schema import CacheState, Delta, EngineInfo, Snapshot, Step
 
 MAX_HELD = 256
-"""States held per rank at most (each is one step's state of that rank's tree)."""
+"""States held per rank at most (each is one step's state of that rank's tree); as many frames'
+changed records."""
 
 
 class RankAgreement:
@@ -31,26 +34,63 @@ class RankAgreement:
         self._compared: dict[int, list[int]] = {
             rank: [other for other, reference in enumerate(self.references) if reference == rank] for rank in range(len(infos))
         }
+        self._pairs = {rank: PairAgreement(rank, reference) for rank, reference in enumerate(self.references) if reference is not None}
+        self._changes: dict[int, OrderedDict[Step, RankKeys | None]] = {rank: OrderedDict() for rank in range(len(infos))}
+        """Per rank, the records each frame's delta changed (None: not known), by step."""
+        self._seq: dict[int, int] = {}
 
-    def add(self, rank: int, state: CacheState) -> list[Violation]:
-        """Rank `rank`'s state at its step; the comparisons it completes."""
+    def add(self, rank: int, state: CacheState, frame: Delta | Snapshot | None = None) -> list[Violation]:
+        """Rank `rank`'s state at its step; the comparisons it completes. `frame`: the message the
+        state came of (a Delta that follows the rank's last one says what changed)."""
         step = Step(state.step)
+        self._log_changes(rank, step, frame)
         self._latest[rank] = step
         reference = self.references[rank]
         found: list[Violation] = []
         if reference is not None:
             theirs = self._held[reference].get(step)
             if theirs is not None:
-                found = disagreements(step, theirs, state, rank, reference)
+                found = self._compare(rank, step, theirs, state)
             elif self._latest.get(reference, -1) < step:  # the reference may still bring this step
                 self._hold(rank, state)
         elif self._compared[rank]:
             self._hold(rank, state)
             for other in self._compared[rank]:
                 if (waiting := self._held[other].pop(step, None)) is not None:
-                    found += disagreements(step, state, waiting, other, rank)
+                    found += self._compare(other, step, state, waiting)
         self._let_go()
         return found
+
+    def _log_changes(self, rank: int, step: Step, frame: Delta | Snapshot | None) -> None:
+        last_seq, self._seq[rank] = self._seq.get(rank), frame.seq if frame is not None else -1
+        follows = isinstance(frame, Delta) and last_seq is not None and frame.seq == last_seq + 1
+        changes = self._changes[rank]
+        changes[step] = RankKeys.of_delta(frame) if follows else None  # type: ignore[arg-type]  # a Delta when it follows
+        while len(changes) > MAX_HELD:
+            changes.popitem(last=False)
+
+    def _compare(self, rank: int, step: Step, reference_state: CacheState, state: CacheState) -> list[Violation]:
+        pair = self._pairs[rank]
+        changed = self._changed_since(pair, step)
+        return pair.compare(step, reference_state, state, changed)
+
+    def _changed_since(self, pair: PairAgreement, step: Step) -> RankKeys | None:
+        """The records either rank of `pair` changed after its last compared step up to `step`;
+        None where a frame between says nothing (or the frames of that step are gone)."""
+        since = pair.last_step
+        if since is None:
+            return None
+        changed = RankKeys()
+        for rank in (pair.rank, pair.reference):
+            frames = self._changes[rank]
+            if since not in frames:
+                return None
+            for at, keys in frames.items():
+                if since < at <= step:
+                    if keys is None:
+                        return None
+                    changed.update(keys)
+        return changed
 
     def _hold(self, rank: int, state: CacheState) -> None:
         held = self._held[rank]
@@ -59,7 +99,8 @@ class RankAgreement:
             held.popitem(last=False)
 
     def _let_go(self) -> None:
-        """Drop the states no comparison can need any more."""
+        """Drop the states no comparison can need any more, and the changes of the frames before
+        every pair's last compared step."""
         for rank, held in self._held.items():
             reference = self.references[rank]
             if reference is None:
@@ -69,3 +110,11 @@ class RankAgreement:
                 passed = self._latest.get(reference, -1)
             while held and next(iter(held)) < passed:
                 held.popitem(last=False)
+        for rank, changes in self._changes.items():
+            pairs = [self._pairs[other] for other in self._compared[rank]] + ([self._pairs[rank]] if rank in self._pairs else [])
+            steps = [pair.last_step for pair in pairs]
+            if not steps or None in steps:
+                continue
+            oldest = min(step for step in steps if step is not None)
+            while changes and next(iter(changes)) < oldest:
+                changes.popitem(last=False)

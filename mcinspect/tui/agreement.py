@@ -3,7 +3,8 @@ rank and its reference rank (checks/cross_rank.py) both hold a frame of is compa
 frames were checked on their own, and the disagreements join the compared rank's findings at
 its frame, where the violations tab, `v` and the header count them.
 
-States are read back from the sources when compared (nothing is kept here), so a rank whose
+Each compared pair walks both ranks' states forward by the frames' deltas (state_cursor.py) and
+compares only the records those changed and those that disagreed (`PairAgreement`); a rank whose
 checks run ahead of the other's only waits. A step the reference rank never captured (a
 sampled live stream captures each rank at its own moments) is passed over once the reference
 has gone beyond it.
@@ -16,10 +17,11 @@ from collections.abc import Callable, Sequence
 
 from textual.app import App
 
-from ..checks.cross_rank import disagreements, reference_ranks
+from ..checks.cross_rank import PairAgreement, reference_ranks
 from .messages import FindingsAdvanced
 from .rank_view import RankView
 from .source import FrameGone
+from .state_cursor import StateCursor
 from .violations import ViolationRow
 
 
@@ -31,6 +33,8 @@ class AgreementIngestor:
         self._views = views
         self._next: dict[int, int] = {}
         """Per compared rank, the index of its first frame not compared or passed over yet."""
+        self._pairs: dict[int, tuple[PairAgreement, StateCursor, StateCursor]] = {}
+        """Per compared rank: its agreement with its reference, and both ranks' states."""
         self._lock = threading.Lock()
         self._running = False
         self._again = False
@@ -92,11 +96,25 @@ class AgreementIngestor:
             self._next[rank] = frame.index + 1
             if theirs_here is None:
                 continue  # the reference has no frame of this step
+            pair, our_states, their_states = self._pair(rank, view, reference, theirs)
             try:
-                ours, reference_state = view.source.state_at(frame.index), theirs.source.state_at(theirs_here.index)
-            except FrameGone:
+                ours, our_changes = our_states.at(frame.index)
+                reference_state, their_changes = their_states.at(theirs_here.index)
+            except FrameGone:  # what changed since the last compared step is not known now
+                self._pairs.pop(rank, None)
                 continue
-            rows = [ViolationRow(frame.index, v) for v in disagreements(ours.step, reference_state, ours, rank, reference)]
+            changed = None
+            if our_changes is not None and their_changes is not None:
+                changed = our_changes
+                changed.update(their_changes)
+            rows = [ViolationRow(frame.index, v) for v in pair.compare(ours.step, reference_state, ours, changed)]
             view.findings.add(rows)
             found += len(rows)
         return found
+
+    def _pair(self, rank: int, view: RankView, reference: int, theirs: RankView) -> tuple[PairAgreement, StateCursor, StateCursor]:
+        """Rank `rank`'s agreement and state cursors, made afresh when either source changed."""
+        kept = self._pairs.get(rank)
+        if kept is None or kept[0].reference != reference or kept[1].source is not view.source or kept[2].source is not theirs.source:
+            kept = self._pairs[rank] = (PairAgreement(rank, reference), StateCursor(view.source), StateCursor(theirs.source))
+        return kept

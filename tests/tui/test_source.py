@@ -7,12 +7,14 @@ import threading
 
 from snapshot_apps.replay_app import RECORDINGS, load
 
+from mcinspect.checks.cross_rank import RankKeys
 from mcinspect.client import EngineUnreachable
 from mcinspect.recording import RecordingReader
 from mcinspect.schema import Counters, Delta, Snapshot, apply_delta, copy_state
 from mcinspect.tui import load_recording, replay_source
 from mcinspect.tui.session_source import SessionSource
 from mcinspect.tui.source import FrameGone, NodeChanges
+from mcinspect.tui.state_cursor import StateCursor
 from mcinspect.tui.static_source import StaticFrame
 
 FAULT = load("fault")
@@ -102,3 +104,23 @@ def test_a_recording_replays_with_its_events_and_deltas(monkeypatch) -> None:
         assert source.state_at(index) == state
     assert source.node_changes(0) is None and source.name == "fault.mcrec"
     assert source.engine() == RecordingReader(path).info
+
+
+def test_a_state_cursor_walks_a_recording_by_its_deltas() -> None:
+    """Forward, the cursor's state is the source's, and what changed is what the deltas between
+    touched; asked for an earlier frame, or past a frame without a delta, it rebuilds (None)."""
+    source = load("fault")
+    cursor = StateCursor(source)
+    state, changed = cursor.at(0)
+    assert state == source.state_at(0) and changed is None
+    last = 0
+    for index in range(2, len(source.frames()), 3):
+        state, changed = cursor.at(index)
+        assert state == source.state_at(index)
+        expected = RankKeys()
+        for between in range(last + 1, index + 1):
+            expected.update(RankKeys.of_delta(source.delta_at(between)))
+        assert changed == expected and (changed.nodes or changed.slots or changed.requests)
+        last = index
+    assert cursor.at(1) == (source.state_at(1), None)
+    assert source.delta_at(0) is None  # the recording's snapshot
