@@ -31,7 +31,7 @@ from textual.widgets import Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
 from ..errors import McinspectError
-from ..schema import CacheState, NodeId, Rid, VerifyStats
+from ..schema import CacheState, NodeId, Rid, VerifyStats, apply_delta, copy_state
 from ..verify_command import Judged
 from .cell_grid import CellGrid
 from .commands import palette_commands
@@ -53,7 +53,7 @@ from .ranks_table import RanksTable
 from .requests_table import RequestsTable
 from .row_table import RowTable
 from .screens import HelpScreen, MainScreen, PromptScreen
-from .source import DataSource, FrameGone, FrameMeta
+from .source import DataSource, FrameGone, FrameMeta, NodeChanges, deltas_between
 from .tree_view import RadixTreeView
 from .violations import ViolationRow
 from .violations_table import ViolationsTable
@@ -310,19 +310,29 @@ class InspectorApp(App[None]):
             return
         oldest, newest = self._frames[0].index, self._frames[-1].index
         index = min(max(index, oldest), newest)
+        previous = self.view
+        changes = None
+        # Forward a few frames (following a live engine): the frame on view moved by the deltas
+        # between, and their node changes (a 100k-node frame rebuilt by the source was tens of
+        # ms of the UI thread, and its changed nodes a scan of every node).
+        forward = deltas_between(self.source, previous.frame, index) if state is None and previous is not None else None
+        if previous is not None and forward:
+            state = copy_state(previous.state)
+            for delta in forward:
+                apply_delta(state, delta)
+            changes = NodeChanges.across(forward)
         try:
             cache_state = state if state is not None else self.source.state_at(index)
         except FrameGone:
             self.notify(f"frame {index} has left the history", severity="warning")
             return
-        previous = self.view
-        # The source's deltas help between neighbours (a live frame, one step either way);
+        # Else between neighbours the source's node changes (one step back: read backwards);
         # other jumps find the changed nodes by a scan.
-        changes = None
-        if previous is not None and previous.frame == index - 1:
-            changes = self.source.node_changes(index)
-        elif previous is not None and previous.frame == index + 1 and (forward := self.source.node_changes(index + 1)):
-            changes = forward.reversed()
+        if changes is None and previous is not None:
+            if previous.frame == index - 1:
+                changes = self.source.node_changes(index)
+            elif previous.frame == index + 1 and (back := self.source.node_changes(index + 1)):
+                changes = back.reversed()
         self.view = FrameView(index, cache_state, self.findings.violations_at(index), previous=previous, changes=changes)
         self._last_refresh = time.monotonic()
         self._stale_tabs = set(TABS)

@@ -16,29 +16,32 @@ from textual.app import App
 from ..schema import CacheState, Delta, apply_delta, copy_state
 from .findings import Findings
 from .messages import FindingsAdvanced
-from .source import DataSource, FrameGone, FrameMeta
+from .source import DataSource, FrameGone, FrameMeta, deltas_between
 
 
 class FrameStates:
-    """The states of a source's frames taken in order: a frame that follows the last one taken
-    and has a delta is that state copied and moved by the delta (the source rebuilds a frame
-    from its keyframe and up to 50 deltas); any other is the source's."""
+    """The states of a source's frames taken in order: a frame a few after the last one taken is
+    that state copied and moved by the deltas between (the source rebuilds a frame from its
+    keyframe and up to 100 deltas); any other is the source's."""
 
     def __init__(self, source: DataSource) -> None:
         self._source = source
         self._last: tuple[int, CacheState] | None = None
 
     def take(self, frame: FrameMeta) -> tuple[CacheState, Delta | None]:
-        """Frame `frame`'s state (read-only), and its delta if the source has one; raises FrameGone."""
-        delta = self._source.delta_at(frame.index)
+        """Frame `frame`'s state (read-only), and its own delta if the source has it; raises
+        FrameGone."""
         last = self._last
-        if delta is not None and last is not None and last[0] == frame.index - 1:
+        deltas = deltas_between(self._source, last[0], frame.index) if last is not None else None
+        if last is not None and deltas:
             state = copy_state(last[1])
-            apply_delta(state, delta)
+            for delta in deltas:
+                apply_delta(state, delta)
         else:
             state = self._source.state_at(frame.index)
+            deltas = [delta] if (delta := self._source.delta_at(frame.index)) is not None else None
         self._last = (frame.index, state)
-        return state, delta
+        return state, deltas[-1] if deltas else None
 
 
 class Ingestor:

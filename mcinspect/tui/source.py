@@ -53,6 +53,25 @@ class FrameGone(LookupError):
     """The frame asked for has left the source's bounded history."""
 
 
+DELTAS_WALKED = 100
+"""The most frames a state is moved forward by their deltas (`deltas_between`); past that the
+source rebuilds it (a session keeps a keyframe every 100 frames)."""
+
+
+def deltas_between(source: DataSource, start: int, end: int) -> list[Delta] | None:
+    """The deltas that take frame `start`'s state to frame `end`'s (`start` <= `end`), where the
+    source has every one and there are at most DELTAS_WALKED; None otherwise."""
+    if not 0 <= end - start <= DELTAS_WALKED:
+        return None
+    deltas = []
+    for index in range(start + 1, end + 1):
+        delta = source.delta_at(index)
+        if delta is None:
+            return None
+        deltas.append(delta)
+    return deltas
+
+
 @dataclass(frozen=True)
 class NodeChanges:
     """The tree nodes one frame's delta upserted and removed (what the frame before it lacks)."""
@@ -71,6 +90,13 @@ class NodeChanges:
         """The same frame's changes read backwards (the frame before it, seen from it): what it
         upserted or removed differs, and what it added is gone."""
         return NodeChanges(self.upserted + self.removed, self.upserted)
+
+    @classmethod
+    def across(cls, deltas: Sequence[Delta]) -> NodeChanges:
+        """The node changes of several frames in a row, as one (a node may be named by both)."""
+        upserted = dict.fromkeys(node.id for delta in deltas for node in delta.upsert_nodes)
+        removed = dict.fromkeys(node_id for delta in deltas for node_id in delta.removed_nodes)
+        return cls(tuple(upserted), tuple(removed))
 
 
 @dataclass(frozen=True)

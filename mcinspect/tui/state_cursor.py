@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..checks.cross_rank import RankKeys
 from ..schema import CacheState, apply_delta
-from .source import DataSource
+from .source import DataSource, deltas_between
 
 
 class StateCursor:
@@ -26,18 +26,15 @@ class StateCursor:
         since the frame of the last call (None: not known; the state was rebuilt). Raises
         FrameGone where the source no longer holds the frame."""
         at = self._at
-        if at is not None and at[0] <= index:
+        deltas = deltas_between(self.source, at[0], index) if at is not None else None
+        if at is not None and deltas is not None:
             state, changed = at[1], RankKeys()
-            for step_index in range(at[0] + 1, index + 1):
-                delta = self.source.delta_at(step_index)
-                if delta is None:
-                    break
+            for delta in deltas:
                 apply_delta(state, delta)
                 changed.update(RankKeys.of_delta(delta))
-            else:
-                self._at = (index, state)
-                return state, changed
-        self._at = None  # a state moved part of the way is no frame's
+            self._at = (index, state)
+            return state, changed
+        self._at = None  # kept out of a state the source may fail to hand out
         state = self.source.state_at(index)
         self._at = (index, state)
         return state, None

@@ -14,7 +14,7 @@ from mcinspect.tui import InspectorApp, StaticSource
 from mcinspect.tui.app import Selection
 from mcinspect.tui.grids import PageMap, SlotMap
 from mcinspect.tui.line_view import LineView
-from mcinspect.tui.model import SlotOwner, slot_owner
+from mcinspect.tui.model import FrameView, SlotOwner, slot_owner
 from mcinspect.tui.palette import SLOT_STYLES, VIOLATION_STYLE
 from mcinspect.tui.requests_table import RequestsTable
 from mcinspect.tui.screens import HelpScreen
@@ -170,6 +170,31 @@ async def test_a_new_frame_repaints_what_a_full_repaint_would() -> None:
                 await pilot.press(key)
                 for shown in (tree, panel):
                     assert painted(shown) == repainted(shown), (app.view.frame, type(shown).__name__)
+
+
+@run_async
+async def test_a_jump_forward_moves_the_view_by_the_deltas_between() -> None:
+    """`}` (ten frames on, as following a live engine shows its newest frame) moves the frame on
+    view by the deltas between: the source rebuilds none of those frames, and the state, the
+    tree's children and its pages are a fresh view's."""
+    app = make_app()
+    source = app.source
+    rebuilt: list[int] = []
+    state_at = source.state_at
+    source.state_at = lambda index: rebuilt.append(index) or state_at(index)  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await go_to_step(pilot, 0)
+        await pilot.press("2")  # the page map builds the tree's pages: later views patch them
+        shown = []
+        for _ in range(4):
+            await pilot.press("right_curly_bracket")
+            view = app.view
+            shown.append(view.frame)
+            fresh = FrameView(view.frame, state_at(view.frame), [])
+            assert view.state == fresh.state and view.children == fresh.children, view.frame
+            assert (view.tree_pages.flags, view.tree_pages.extra) == (fresh.tree_pages.flags, fresh.tree_pages.extra)
+        assert len(set(shown)) == 4 and not set(shown) & set(rebuilt), (shown, rebuilt)
 
 
 async def slot_map_lines(frames: list[CacheState], steps: int) -> list[list[list[Segment]]]:

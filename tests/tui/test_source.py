@@ -13,9 +13,10 @@ from mcinspect.recording import RecordingReader
 from mcinspect.schema import Counters, Delta, Snapshot, apply_delta, copy_state
 from mcinspect.tui import load_recording, replay_source
 from mcinspect.tui.session_source import SessionSource
-from mcinspect.tui.source import FrameGone, NodeChanges
+from mcinspect.tui.source import DELTAS_WALKED, FrameGone, NodeChanges, deltas_between
 from mcinspect.tui.state_cursor import StateCursor
 from mcinspect.tui.static_source import StaticFrame
+from mcinspect.tui.tree_index import changed_nodes, node_changes
 
 FAULT = load("fault")
 
@@ -124,3 +125,23 @@ def test_a_state_cursor_walks_a_recording_by_its_deltas() -> None:
         last = index
     assert cursor.at(1) == (source.state_at(1), None)
     assert source.delta_at(0) is None  # the recording's snapshot
+
+
+def test_frames_a_few_apart_are_joined_by_the_deltas_between() -> None:
+    """A frame's state moved by `deltas_between` is the later frame's, and their joined node
+    changes name what a scan of both trees finds; too far apart, or backwards, there are none."""
+    source = load("fault")
+    last = len(source.frames()) - 1
+    for start, gap in ((0, 1), (0, 7), (5, 10), (20, 3), (last - 12, 12)):
+        deltas = deltas_between(source, start, start + gap)
+        assert deltas is not None and len(deltas) == gap
+        state = source.state_at(start)
+        before = dict(state.nodes)
+        for delta in deltas:
+            apply_delta(state, delta)
+        assert state == source.state_at(start + gap)
+        changed, removed = node_changes(before, state.nodes, NodeChanges.across(deltas))
+        scanned, scanned_removed = changed_nodes(before, state.nodes)
+        assert {n.id for n in changed} >= {n.id for n in scanned} and removed == scanned_removed
+    assert deltas_between(source, 3, 3) == [] and deltas_between(source, 4, 3) is None
+    assert deltas_between(source, 0, DELTAS_WALKED + 1) is None
