@@ -12,6 +12,7 @@ has gone beyond it.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Sequence
 
@@ -35,6 +36,8 @@ class AgreementIngestor:
         """Per compared rank, the index of its first frame not compared or passed over yet."""
         self._pairs: dict[int, tuple[PairAgreement, StateCursor, StateCursor]] = {}
         """Per compared rank: its agreement with its reference, and both ranks' states."""
+        self._compared: dict[int, list[int]] = {}
+        """Per compared rank, the frames compared (ascending, those its source still holds)."""
         self._lock = threading.Lock()
         self._running = False
         self._again = False
@@ -56,8 +59,8 @@ class AgreementIngestor:
             while True:
                 with self._lock:
                     self._again = False
-                found = self._compare_what_is_ready()
-                if found:
+                compared, found = self._compare_what_is_ready()
+                if compared:  # the ranks tab's verdicts at those steps are known now
                     self._app.post_message(FindingsAdvanced(found))
                 with self._lock:
                     if not self._again:
@@ -68,24 +71,35 @@ class AgreementIngestor:
                 self._running = False
             raise
 
-    def _compare_what_is_ready(self) -> int:
-        """One pass over the ranks: the number of disagreements found (0: nothing new to do)."""
+    def compared(self, rank: int, index: int) -> bool:
+        """Whether rank `rank`'s frame `index` was compared with its reference (its tp-agree
+        findings there are then all there are; any thread)."""
+        with self._lock:
+            done = self._compared.get(rank, [])
+            at = bisect.bisect_left(done, index)
+            return at < len(done) and done[at] == index
+
+    def _compare_what_is_ready(self) -> tuple[int, int]:
+        """One pass over the ranks: the frames compared and the disagreements found."""
         views = list(self._views())
         references = reference_ranks([view.source.engine() for view in views])
-        found = 0
+        compared = found = 0
         for rank, reference in enumerate(references):
             if reference is not None:
-                found += self._compare(rank, views[rank], reference, views[reference])
-        return found
+                frames, rows = self._compare(rank, views[rank], reference, views[reference])
+                compared, found = compared + frames, found + rows
+        return compared, found
 
-    def _compare(self, rank: int, view: RankView, reference: int, theirs: RankView) -> int:
+    def _compare(self, rank: int, view: RankView, reference: int, theirs: RankView) -> tuple[int, int]:
+        """The frames of rank `rank` compared now, and the disagreements found in them."""
         checked = [frame for frame in view.source.frames() if frame.index < view.findings.next_frame]
         their_checked = [frame for frame in theirs.source.frames() if frame.index < theirs.findings.next_frame]
         if not checked or not their_checked:
-            return 0
+            return 0, 0
         their_frames = {frame.step: frame for frame in their_checked}
         their_newest = their_checked[-1].step
         start = self._next.get(rank, checked[0].index)
+        compared: list[int] = []
         found = 0
         for frame in checked:
             if frame.index < start:
@@ -110,7 +124,12 @@ class AgreementIngestor:
             rows = [ViolationRow(frame.index, v) for v in pair.compare(ours.step, reference_state, ours, changed)]
             view.findings.add(rows)
             found += len(rows)
-        return found
+            compared.append(frame.index)
+        with self._lock:
+            done = self._compared.setdefault(rank, [])
+            del done[: bisect.bisect_left(done, checked[0].index)]  # frames the source let go
+            done += compared
+        return len(compared), found
 
     def _pair(self, rank: int, view: RankView, reference: int, theirs: RankView) -> tuple[PairAgreement, StateCursor, StateCursor]:
         """Rank `rank`'s agreement and state cursors, made afresh when either source changed."""

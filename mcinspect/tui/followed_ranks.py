@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from textual.app import App
 
+from ..checks import Violation
 from ..checks.cross_rank import TP_AGREE
 from .agreement import AgreementIngestor
 from .findings import Findings
@@ -89,9 +90,15 @@ class FollowedRanks:
         """Compare the ranks at `step` on a worker (a tree of 100k nodes per rank); `done` gets
         the summary on the UI thread."""
         inputs = [RankInput(view.source, list(view.frames), view.findings) for view in self.views]
+        agreement = self._agreement
+
+        def verdicts(rank: int, index: int) -> tuple[Violation, ...] | None:
+            if not agreement.compared(rank, index):
+                return None
+            return tuple(row.violation for row in inputs[rank].findings.violations_at(index) if row.check == TP_AGREE)
 
         def run() -> None:
-            summary = summarise(step, inputs)
+            summary = summarise(step, inputs, verdicts)
             self._app.call_from_thread(done, summary)
 
         self._app.run_worker(run, thread=True, group="ranks", exclusive=True, exit_on_error=False)

@@ -8,7 +8,7 @@ stream captures each rank at its own moments) says so instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -52,7 +52,7 @@ class RankRow:
     """The rank this one is compared with; None: it is a reference itself."""
     differences: tuple[Violation, ...] = ()
     verdict: str = ""
-    """`reference`, `agrees`, `DIFFERS`, `not compared`."""
+    """`reference`, `agrees`, `DIFFERS`, `comparing`, `not compared`."""
     note: str = ""
     """The verdict's reason: the first difference, whom a reference is compared with, ..."""
 
@@ -64,13 +64,19 @@ class RanksSummary:
 
     @property
     def agree(self) -> bool | None:
-        """All compared ranks agree (None: nothing was compared)."""
-        compared = [row for row in self.rows if row.reference is not None and row.step is not None]
+        """All compared ranks agree (None: nothing was compared yet)."""
+        compared = [row for row in self.rows if row.reference is not None and row.step is not None and row.verdict != "comparing"]
         return None if not compared else not any(row.differences for row in compared)
 
 
-def summarise(step: int | None, ranks: Sequence[RankInput]) -> RanksSummary:
-    """Every rank at `step` (the step on view), and each compared with its reference there."""
+Verdicts = Callable[[int, int], tuple[Violation, ...] | None]
+"""(rank, its frame index) -> tp-agree's findings at that frame, None while not compared yet."""
+
+
+def summarise(step: int | None, ranks: Sequence[RankInput], verdicts: Verdicts | None = None) -> RanksSummary:
+    """Every rank at `step` (the step on view), and each compared with its reference there:
+    `verdicts` says what the ranks' running comparison found (agreement.py; a tree of 100k nodes
+    compared whole is 0.3 s a rank), else they are compared here."""
     states = [_state_at(rank, step) for rank in ranks]
     references = reference_ranks([rank.source.engine() for rank in ranks])
     rows = []
@@ -83,9 +89,17 @@ def summarise(step: int | None, ranks: Sequence[RankInput]) -> RanksSummary:
         elif state is None or states[reference] is None:
             verdict, note = "not compared", f"{'this rank' if state is None else f'rank {reference}'} has no frame at step {step}"
         else:
-            differences = tuple(disagreements(state.step, states[reference][1], state, index, reference))  # type: ignore[index]
-            verdict = f"DIFFERS ({len(differences)}{'+' if len(differences) >= MAX_PER_STEP else ''})" if differences else "agrees"
-            note = differences[0].reason if differences else f"same nodes, slot owners and requests as rank {reference}"
+            assert frame is not None  # a rank's state is its frame's
+            if verdicts is not None:
+                known = verdicts(index, frame.index)
+            else:
+                known = tuple(disagreements(state.step, states[reference][1], state, index, reference))  # type: ignore[index]
+            if known is None:
+                verdict, note = "comparing", f"tp-agree has not reached step {step} yet"
+            else:
+                differences = known
+                verdict = f"DIFFERS ({len(differences)}{'+' if len(differences) >= MAX_PER_STEP else ''})" if differences else "agrees"
+                note = differences[0].reason if differences else f"same nodes, slot owners and requests as rank {reference}"
         rows.append(
             RankRow(
                 rank=index,

@@ -11,8 +11,10 @@ from snapshot_apps.replay_app import PINNED_NOW, load, load_ranks, make_ranks_ap
 
 from mcinspect.schema import CacheState, Snapshot, Step
 from mcinspect.target import Target
-from mcinspect.tui import InspectorApp, RankSources, StaticSource, attach_app
+from mcinspect.tui import InspectorApp, RankSources, StaticSource, attach_app, rank_summary
 from mcinspect.tui.details import Selection
+from mcinspect.tui.findings import Findings
+from mcinspect.tui.rank_summary import RankInput
 from mcinspect.tui.ranks_table import RanksTable
 
 from engine_runs import free_ports_for_ranks
@@ -124,7 +126,14 @@ async def test_tp_agree_finds_the_desynchronised_rank_at_every_step_it_differs()
 
 
 @run_async
-async def test_the_ranks_tab_compares_the_ranks_at_the_step_on_view() -> None:
+async def test_the_ranks_tab_compares_the_ranks_at_the_step_on_view(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Its verdicts are tp-agree's findings (agreement.py compared every step already): the tab
+    compares no tree itself."""
+
+    def compared_again(*args: object) -> None:
+        raise AssertionError("the ranks tab compared two trees again")
+
+    monkeypatch.setattr(rank_summary, "disagreements", compared_again)
     app = make_ranks_app("tp2-desync")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -203,3 +212,12 @@ async def test_exports_of_a_rank_say_which(tmp_path) -> None:  # type: ignore[no
         (exported,) = tmp_path.glob("*.json")
         assert exported.name == "mcinspect-rank1-step20-20260101T000000Z.json"
         assert msgspec.json.decode(exported.read_bytes(), type=Snapshot).state == next(s for s in states("tp2.rank1") if s.step == 20)
+
+
+def test_a_step_tp_agree_has_not_reached_is_said_to_be_compared_still() -> None:
+    ranks = load_ranks("tp2-desync").sources()
+    inputs = [RankInput(source, list(source.frames()), Findings(None)) for source in ranks]
+    summary = rank_summary.summarise(15, inputs, lambda rank, index: None)
+    assert [row.verdict for row in summary.rows] == ["reference", "comparing"] and summary.agree is None
+    whole = rank_summary.summarise(15, inputs)  # no running comparison: compared here
+    assert whole.rows[1].verdict.startswith("DIFFERS") and whole.agree is False
