@@ -38,6 +38,11 @@ class CheckDriver:
         if self._view is None:
             self._view = StepView.first(state, tuple(events), self._engine())
         else:
-            delta = frame if isinstance(frame, Delta) and last_seq is not None and frame.seq == last_seq + 1 else None
-            self._view = self._view.next(state, tuple(events), contiguous=whole, delta=delta)
+            self._view = self._view.next(state, tuple(events), contiguous=whole, delta=delta_after(last_seq, frame))
         return check_step(self._view, self._names)
+
+
+def delta_after(last_seq: int | None, frame: Delta | Snapshot | None) -> Delta | None:
+    """`frame` when it is the Delta right after seq `last_seq` (it then says all that changed
+    since the frame of that seq), else None."""
+    return frame if isinstance(frame, Delta) and last_seq is not None and frame.seq == last_seq + 1 else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from .check_driver import delta_after
 from .checks import Violation
 from .checks.cross_rank import PairAgreement, RankKeys, reference_ranks
 from .schema import CacheState, Delta, EngineInfo, Snapshot, Step
@@ -37,7 +38,7 @@ class RankAgreement:
         self._pairs = {rank: PairAgreement(rank, reference) for rank, reference in enumerate(self.references) if reference is not None}
         self._changes: dict[int, OrderedDict[Step, RankKeys | None]] = {rank: OrderedDict() for rank in range(len(infos))}
         """Per rank, the records each frame's delta changed (None: not known), by step."""
-        self._seq: dict[int, int] = {}
+        self._seq: dict[int, int | None] = {}
 
     def add(self, rank: int, state: CacheState, frame: Delta | Snapshot | None = None) -> list[Violation]:
         """Rank `rank`'s state at its step; the comparisons it completes. `frame`: the message the
@@ -62,10 +63,10 @@ class RankAgreement:
         return found
 
     def _log_changes(self, rank: int, step: Step, frame: Delta | Snapshot | None) -> None:
-        last_seq, self._seq[rank] = self._seq.get(rank), frame.seq if frame is not None else -1
-        follows = isinstance(frame, Delta) and last_seq is not None and frame.seq == last_seq + 1
+        last_seq, self._seq[rank] = self._seq.get(rank), frame.seq if frame is not None else None
+        delta = delta_after(last_seq, frame)
         changes = self._changes[rank]
-        changes[step] = RankKeys.of_delta(frame) if follows else None  # type: ignore[arg-type]  # a Delta when it follows
+        changes[step] = RankKeys.of_delta(delta) if delta is not None else None
         while len(changes) > MAX_HELD:
             changes.popitem(last=False)
 
