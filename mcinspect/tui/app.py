@@ -31,7 +31,7 @@ from textual.widgets import Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
 from ..errors import McinspectError
-from ..schema import CacheState, NodeId, Rid, VerifyStats, apply_delta, copy_state
+from ..schema import CacheState, NodeId, Rid, VerifyStats
 from ..verify_command import Judged
 from .cell_grid import CellGrid
 from .commands import palette_commands
@@ -53,7 +53,7 @@ from .ranks_table import RanksTable
 from .requests_table import RequestsTable
 from .row_table import RowTable
 from .screens import HelpScreen, MainScreen, PromptScreen
-from .source import DataSource, FrameGone, FrameMeta, NodeChanges, deltas_between
+from .source import DataSource, FrameGone, FrameMeta, NodeChanges, deltas_between, moved_by
 from .tree_view import RadixTreeView
 from .violations import ViolationRow
 from .violations_table import ViolationsTable
@@ -317,10 +317,7 @@ class InspectorApp(App[None]):
         # ms of the UI thread, and its changed nodes a scan of every node).
         forward = deltas_between(self.source, previous.frame, index) if state is None and previous is not None else None
         if previous is not None and forward:
-            state = copy_state(previous.state)
-            for delta in forward:
-                apply_delta(state, delta)
-            changes = NodeChanges.across(forward)
+            state, changes = moved_by(previous.state, forward), NodeChanges.across(forward)
         try:
             cache_state = state if state is not None else self.source.state_at(index)
         except FrameGone:

@@ -13,10 +13,10 @@ import threading
 
 from textual.app import App
 
-from ..schema import CacheState, Delta, apply_delta, copy_state
+from ..schema import CacheState, Delta
 from .findings import Findings
 from .messages import FindingsAdvanced
-from .source import DataSource, FrameGone, FrameMeta, deltas_between
+from .source import DataSource, FrameGone, FrameMeta, deltas_between, moved_by
 
 
 class FrameStates:
@@ -29,17 +29,11 @@ class FrameStates:
         self._last: tuple[int, CacheState] | None = None
 
     def take(self, frame: FrameMeta) -> tuple[CacheState, Delta | None]:
-        """Frame `frame`'s state (read-only), and its own delta if the source has it; raises
-        FrameGone."""
+        """Frame `frame`'s state (read-only), and its own delta where the state was moved to it
+        (a rebuilt one follows no frame the findings took: they drop the delta); raises FrameGone."""
         last = self._last
         deltas = deltas_between(self._source, last[0], frame.index) if last is not None else None
-        if last is not None and deltas:
-            state = copy_state(last[1])
-            for delta in deltas:
-                apply_delta(state, delta)
-        else:
-            state = self._source.state_at(frame.index)
-            deltas = [delta] if (delta := self._source.delta_at(frame.index)) is not None else None
+        state = moved_by(last[1], deltas) if last is not None and deltas else self._source.state_at(frame.index)
         self._last = (frame.index, state)
         return state, deltas[-1] if deltas else None
 

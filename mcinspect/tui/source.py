@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..schema import CacheState, Counters, Delta, EngineInfo, Event, NodeId, Snapshot, VerifyStats
+from ..schema import CacheState, Counters, Delta, EngineInfo, Event, NodeId, Snapshot, VerifyStats, apply_delta, copy_state
 
 if TYPE_CHECKING:
     from ..verify_command import Judged
@@ -70,6 +70,14 @@ def deltas_between(source: DataSource, start: int, end: int) -> list[Delta] | No
             return None
         deltas.append(delta)
     return deltas
+
+
+def moved_by(state: CacheState, deltas: Sequence[Delta]) -> CacheState:
+    """A copy of `state` (which stays as it is) moved by `deltas` in turn."""
+    moved = copy_state(state)
+    for delta in deltas:
+        apply_delta(moved, delta)
+    return moved
 
 
 @dataclass(frozen=True)

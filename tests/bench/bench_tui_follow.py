@@ -31,10 +31,10 @@ import msgspec  # noqa: E402
 from bench_check_step import frames  # noqa: E402
 
 from mcinspect.checks.cross_rank import PairAgreement, disagreements  # noqa: E402
-from mcinspect.schema import CacheState, apply_delta, copy_state  # noqa: E402
+from mcinspect.schema import CacheState  # noqa: E402
 from mcinspect.tui import replay_source  # noqa: E402
 from mcinspect.tui.model import FrameView  # noqa: E402
-from mcinspect.tui.source import NodeChanges, deltas_between  # noqa: E402
+from mcinspect.tui.source import NodeChanges, deltas_between, moved_by  # noqa: E402
 from mcinspect.tui.state_cursor import StateCursor  # noqa: E402
 
 FOLLOW_GAP = 5
@@ -68,9 +68,7 @@ def follow(source: replay_source.ReplaySource, count: int) -> tuple[list[float],
         began = time.perf_counter()
         deltas = deltas_between(source, start, end)
         assert deltas is not None
-        state = copy_state(shown[start].state)
-        for delta in deltas:
-            apply_delta(state, delta)
+        state = moved_by(shown[start].state, deltas)
         patched = built(FrameView(end, state, [], previous=shown[start], changes=NodeChanges.across(deltas)))
         moved.append(time.perf_counter() - began)
         assert patched.state == views[end].state and patched.children == views[end].children
