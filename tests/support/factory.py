@@ -102,3 +102,8 @@ def runs_of(tokens: set[int]) -> list[tuple[int, int]]:
         else:
             runs.append((token, 1))
     return runs
+
+
+def tokens_of(runs: list[tuple[int, int]]) -> set[int]:
+    """The tokens of (start, length) runs: `runs_of` the other way round."""
+    return {start + i for start, length in runs for i in range(length)}

@@ -28,14 +28,10 @@ from mcinspect.schema import (
 )
 
 import factory
-from factory import runs_of
+from factory import runs_of, tokens_of
 from record_states import make_request
 
 SIZE = 60_000
-
-
-def tokens_of(runs: list[tuple[int, int]]) -> set[int]:
-    return {start + i for start, length in runs for i in range(length)}
 
 
 class World:

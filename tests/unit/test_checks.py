@@ -715,10 +715,7 @@ def test_page_misaligned_node() -> None:
 def test_run_helpers_match_token_sets() -> None:
     """The interval arithmetic kv-pages relies on, against plain token sets."""
     rng = random.Random(7)
-
-    def tokens(runs: Runs) -> set[int]:
-        return {start + i for start, length in runs for i in range(length)}
-
+    tokens = factory.tokens_of
     for _ in range(2000):
         a = [(rng.randrange(200), rng.randrange(15)) for _ in range(rng.randrange(8))]
         b = [(rng.randrange(200), rng.randrange(15)) for _ in range(rng.randrange(8))]

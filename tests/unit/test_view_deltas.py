@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
-from random_steps import World, tokens_of  # noqa: E402
+from random_steps import World  # noqa: E402
 
 from mcinspect.check_driver import CheckDriver  # noqa: E402
 from mcinspect.checks import StepView, check_step  # noqa: E402
@@ -26,6 +26,7 @@ from mcinspect.schema import (  # noqa: E402
 )
 
 import factory  # noqa: E402
+from factory import tokens_of  # noqa: E402
 
 FREED_WHILE_HELD = "was freed while the node still holds it"
 
