@@ -49,6 +49,9 @@ the process's whole heap (330 ms each in bench_decode_deltas' process at 256 req
 _NO_TENSORS: tuple[Any, Any, Any] = (None, None, None)
 _NONE_VIEW = np.zeros(0, dtype=np.int64)
 """The view of an absent slot tensor: no ints."""
+_NO_VIEWS = (_NONE_VIEW, _NONE_VIEW, _NONE_VIEW)
+_NO_INTS: Ints = ((), (), (), (), (), None)
+"""The values of a request with no row and no slot tensor."""
 
 
 class _Seen:
@@ -62,7 +65,7 @@ class _Seen:
         self.tensors = _NO_TENSORS
         """Working, ping-pong and cow-source tensors as last seen (their views are kept while
         each is the same object)."""
-        self.views = (_NONE_VIEW, _NONE_VIEW, _NONE_VIEW)
+        self.views = _NO_VIEWS
         self.device: tuple[tuple[Any, Any, Any], tuple[torch.Tensor, ...], tuple[int, int, int]] | None = None
         """Off the host: the tensors, their flat views and lengths (`_device_parts`)."""
         self.mirror_key: tuple[Any, ...] | None = None
@@ -184,6 +187,11 @@ class RequestReader:
         out: list[Ints] = []
         for _, _, kv, seen, row, start, end in plans:
             tensors = (kv.mamba_pool_idx, kv.mamba_ping_pong_track_buffer, kv.mamba_cow_src_index)
+            if row is None and tensors[0] is None and tensors[1] is None and tensors[2] is None:
+                # A waiting request (hundreds of them under load): no row, no slot, no value to read.
+                seen.tensors, seen.views, seen.mirror_key = _NO_TENSORS, _NO_VIEWS, None
+                out.append(_NO_INTS)
+                continue
             kept = seen.tensors
             if tensors[0] is not kept[0] or tensors[1] is not kept[1] or tensors[2] is not kept[2]:
                 views = [_NONE_VIEW if t is None else _flat_view(t) for t in tensors]
@@ -270,7 +278,8 @@ def _plan(rid: Rid, held: HeldRequest, kv: Any, seen: _Seen) -> _Plan:
     """The request's row and the part of it not read yet (decode appends a token or a few)."""
     row, allocated = kv.req_pool_idx, kv.kv_allocated_len
     if row is None or allocated <= 0:
-        seen.row_key, seen.row_len, seen.runs = None, 0, GrowingRuns.empty()
+        if seen.row_key is not None:  # it left its row; a request that had none keeps its empty runs
+            seen.row_key, seen.row_len, seen.runs = None, 0, GrowingRuns.empty()
         return rid, held, kv, seen, row, 0, 0
     row_key = (row, kv.cache_protected_len, getattr(held.req, "retraction_count", 0))
     if row_key == seen.row_key and allocated >= seen.row_len:
@@ -314,7 +323,10 @@ def _update(
         else:  # the row was read afresh (moved, retracted)
             change = lengths != seen.lengths or record.kv_runs != kept.kv_runs
     else:
-        change = False
+        # Nothing moved: the last key and lengths stay (new tuples kept at every step outlived
+        # the GC's youngest generation and brought on collections of older ones: 1,000 waiting
+        # requests were 7.4 ms a read on bench_waiting_requests' setup).
+        return record, False
     seen.key, seen.lengths, seen.record = key, lengths, record
     return record, change
 

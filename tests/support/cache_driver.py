@@ -28,13 +28,29 @@ class Driver:
 
     def admit(self, tokens: list[int], max_new_tokens: int = 8) -> Req:
         """Match (with mamba copy-on-write), lock, take a row and slots, write the prefix."""
+        return self.admit_waiting(self._request(tokens, max_new_tokens))
+
+    def queue(self, tokens: list[int], max_new_tokens: int = 8) -> Req:
+        """A request in the waiting queue, its prefix matched as the scheduler's policy matches
+        waiting requests (no row, no slot, no lock)."""
+        req = self._request(tokens, max_new_tokens)
+        req.init_next_round_input(self.tree)
+        self.s.waiting_queue.append(req)
+        return req
+
+    def _request(self, tokens: list[int], max_new_tokens: int) -> Req:
         self.count += 1
-        req = Req(
+        return Req(
             rid=f"r{self.count}",
             origin_input_text="",
             origin_input_ids=array("q", tokens),
             sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new_tokens),
         )
+
+    def admit_waiting(self, req: Req) -> Req:
+        """`admit` of a request built already (one from `queue` leaves the waiting queue)."""
+        if req in self.s.waiting_queue:
+            self.s.waiting_queue.remove(req)
         req.init_next_round_input(self.tree)
         req.lock = self.tree.lock(req.last_node)
         self.pool.alloc([req])

@@ -136,3 +136,32 @@ def test_a_slot_written_in_place_is_seen_without_a_field_moving() -> None:
         records, moved = checked.read()
         assert records[a.rid].ping_pong == [spare, old[1]]
         assert spare in moved and old[0] in moved
+
+
+def test_a_waiting_request_is_read_every_step_and_rebuilt_only_when_it_moves() -> None:
+    """A waiting request holds no row and no slot (under load, hundreds of them): its record is
+    kept while nothing moves (it was rebuilt at every step, with new runs, and its garbage set
+    off collections of the older GC generations), and a new match or its admission shows at the
+    step they happen."""
+    scheduler = cpu_cache.build_cache(mamba_slots=40)
+    with torch.inference_mode():
+        drive, checked = Driver(scheduler), Checked(scheduler)
+        a = drive.admit(list(range(100, 140)))
+        drive.prefill(a, 40)
+        waiting = drive.queue(list(range(100, 140)) + [0, 1, 2] + [7] * 5)  # a's tokens, not in the tree yet
+        records, _ = checked.read()
+        kept = records[waiting.rid]
+        assert (kept.state, kept.row, kept.prefix_len, kept.working_slot) == ("waiting", -1, 0, -1)
+        for token in range(3):
+            drive.decode(a, [token])
+            records, moved = checked.read()
+            assert records[waiting.rid] is kept and moved == set()
+        drive.finish(a)  # a's prompt enters the tree
+        waiting.init_next_round_input(drive.tree)  # the scheduler's policy matches it again
+        records, _ = checked.read()
+        assert records[waiting.rid].prefix_len > 0 and records[waiting.rid].last_node != kept.last_node
+        drive.admit_waiting(waiting)
+        records, moved = checked.read()
+        admitted = records[waiting.rid]
+        assert (admitted.state, admitted.row >= 0, admitted.allocated_len) == ("running", True, 43)
+        assert set(admitted.ping_pong) <= moved
