@@ -45,7 +45,7 @@ from mcinspect.schema import (
 )
 from mcinspect_kernels.fingerprint import slot_bytes
 
-from . import extensions
+from . import extensions, gc_pause
 from .capture import Capture
 from .catch_up import CATCH_UP_BUDGET_S
 from .config import HooksConfig
@@ -164,12 +164,15 @@ class Inspector:
         """After `process_batch_result`: capture, number and publish this step's delta, or,
         with nobody watching, only count the step (the usual path: kept short, it runs right
         after the forward, when little of mcinspect is in the CPU's caches). The request and
-        publisher threads rest meanwhile (step_gate.py)."""
+        publisher threads rest meanwhile (step_gate.py), and the GC waits for its end (gc_pause.py)."""
+        paused = gc_pause.pause()
         self.gate.close()
         try:
             self._on_step(scheduler, batch)
         finally:
             self.gate.open()
+            if paused:
+                gc_pause.resume()
 
     def _on_step(self, scheduler: Any, batch: Any) -> None:
         self._step += 1
@@ -200,6 +203,14 @@ class Inspector:
         """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
         or for subscribers when the live stream's cadence allows; first, a verification turn.
         A subscriber that joined while the engine idled gets the next step's events too."""
+        paused = gc_pause.pause()
+        try:
+            self._on_idle(scheduler)
+        finally:
+            if paused:
+                gc_pause.resume()
+
+    def _on_idle(self, scheduler: Any) -> None:
         self.verifier.on_turn(Step(self._step), idle=True)
         if not self.sink.observed:
             self._plan_next_step()
