@@ -54,11 +54,7 @@ def main() -> None:
     scheduler = cpu_cache.build_cache(mamba_slots=40, kv_size=8192)
     with torch.inference_mode():
         drive = Driver(scheduler)
-        reqs = []
-        for i in range(REQUESTS):
-            req = drive.admit(list(range(100 + 50 * i, 100 + 50 * i + PROMPT)), max_new_tokens=4000)
-            drive.prefill(req, PROMPT)
-            reqs.append(req)
+        reqs = drive.decoding(REQUESTS, PROMPT)
         cold_reader, warm_reader = RequestReader(scheduler.req_to_token_pool), RequestReader(scheduler.req_to_token_pool)
 
         def read(reader: RequestReader) -> float:

@@ -52,11 +52,7 @@ def measure(waiting: int, steps: int) -> dict[str, float]:
     scheduler = cpu_cache.build_cache(mamba_slots=40, kv_size=8192)
     with torch.inference_mode():
         drive = Driver(scheduler)
-        decoding = []
-        for i in range(RUNNING):
-            req = drive.admit(list(range(100 + 50 * i, 100 + 50 * i + PROMPT)), max_new_tokens=4000)
-            drive.prefill(req, PROMPT)
-            decoding.append(req)
+        decoding = drive.decoding(RUNNING, PROMPT)
         for i in range(waiting):
             drive.queue([1000 + i % 97] + list(range(i % 50, i % 50 + 300)))
         reader = RequestReader(scheduler.req_to_token_pool)

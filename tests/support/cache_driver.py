@@ -30,6 +30,16 @@ class Driver:
         """Match (with mamba copy-on-write), lock, take a row and slots, write the prefix."""
         return self.admit_waiting(self._request(tokens, max_new_tokens))
 
+    def decoding(self, count: int, prompt: int) -> list[Req]:
+        """`count` requests of `prompt` distinct tokens each, admitted and prefilled: ready to
+        decode for as long as a bench runs."""
+        reqs = []
+        for i in range(count):
+            req = self.admit(list(range(100 + 50 * i, 100 + 50 * i + prompt)), max_new_tokens=4000)
+            self.prefill(req, prompt)
+            reqs.append(req)
+        return reqs
+
     def queue(self, tokens: list[int], max_new_tokens: int = 8) -> Req:
         """A request in the waiting queue, its prefix matched as the scheduler's policy matches
         waiting requests (no row, no slot, no lock)."""
