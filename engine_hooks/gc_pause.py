@@ -4,7 +4,7 @@ reach an older generation.
 A captured step builds a few objects for each held request (its plan, its key) that are garbage
 by the hook's end. A young collection falling inside the hook found them alive and moved them
 up a generation, and enough of those start a collection of the whole heap: sglang's, torch's
-and the tree's objects, 300-370 ms of the scheduler thread with 4,000 waiting requests
+and the tree's objects, 325-386 ms of the scheduler thread with 1,000-4,000 waiting requests
 (tests/bench/bench_waiting_requests.py). Paused, no collection runs until the hook ends; the
 young collection due by then runs at its end, still in the hook's time, over what survived.
 """

@@ -324,8 +324,8 @@ def _update(
             change = lengths != seen.lengths or record.kv_runs != kept.kv_runs
     else:
         # Nothing moved: the last key and lengths stay (new tuples kept at every step outlived
-        # the GC's youngest generation and brought on collections of older ones: 1,000 waiting
-        # requests were 7.4 ms a read on bench_waiting_requests' setup).
+        # the GC's youngest generation and brought on collections of the older ones, with
+        # hundreds of waiting requests: tests/bench/bench_waiting_requests.py).
         return record, False
     seen.key, seen.lengths, seen.record = key, lengths, record
     return record, change
