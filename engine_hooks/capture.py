@@ -45,10 +45,8 @@ batch k -> launch its forward -> process the result of batch k-1 -> capture. So 
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +73,7 @@ from mcinspect.schema import (
     Step,
 )
 
+from . import gc_pause
 from .adapter_0523 import UnsupportedCache, depth_of, node_end
 from .catch_up import IMMEDIATE_NODES, Bulk, CatchUp
 from .cow_map import CowMap
@@ -249,7 +248,7 @@ class Capture:
 
     def full_state(self, step: Step, batch: Any = None) -> CacheState:
         """Everything, read afresh; becomes the baseline for the next `step`."""
-        with _gc_paused():
+        with gc_pause.paused():  # a few objects per node: no collection walks the heap meanwhile
             return self._full_state(step, batch)
 
     def _full_state(self, step: Step, batch: Any) -> CacheState:
@@ -624,16 +623,3 @@ def _unindex(index: TreeSlots, record: NodeRecord) -> set[int]:
     if not owners:
         del index[record.mamba_slot]
     return {record.mamba_slot}
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """A full read allocates a few objects per node; cyclic collections triggered meanwhile
-    would walk the engine's whole heap (tree nodes, tensors) again and again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -12,6 +12,8 @@ young collection due by then runs at its end, still in the hook's time, over wha
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def pause() -> bool:
@@ -29,3 +31,14 @@ def resume() -> None:
     threshold = gc.get_threshold()[0]
     if threshold and gc.get_count()[0] > threshold:
         gc.collect(0)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """`pause` and `resume` around a block (a full read: a few objects per node)."""
+    running = pause()
+    try:
+        yield
+    finally:
+        if running:
+            resume()

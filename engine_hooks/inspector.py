@@ -203,12 +203,8 @@ class Inspector:
         """After `Scheduler.on_idle` (no batch to run): catch up if a snapshot request waits,
         or for subscribers when the live stream's cadence allows; first, a verification turn.
         A subscriber that joined while the engine idled gets the next step's events too."""
-        paused = gc_pause.pause()
-        try:
+        with gc_pause.paused():
             self._on_idle(scheduler)
-        finally:
-            if paused:
-                gc_pause.resume()
 
     def _on_idle(self, scheduler: Any) -> None:
         self.verifier.on_turn(Step(self._step), idle=True)
