@@ -50,6 +50,8 @@ _NO_TENSORS: tuple[Any, Any, Any] = (None, None, None)
 _NONE_VIEW = np.zeros(0, dtype=np.int64)
 """The view of an absent slot tensor: no ints."""
 _NO_VIEWS = (_NONE_VIEW, _NONE_VIEW, _NONE_VIEW)
+_NO_SLOTS: tuple[Slots, Slots, Slots] = ((), (), ())
+_NO_MIRRORS: tuple[Slots, Slots] = ((), ())
 _NO_INTS: Ints = ((), (), (), (), (), None)
 """The values of a request with no row and no slot tensor."""
 
@@ -234,6 +236,9 @@ class RequestReader:
         slots: list[tuple[Slots, Slots, Slots]] = []
         at = 0
         for working_len, ping_pong_len, cow_len in widths:
+            if not (working_len or ping_pong_len or cow_len):  # no slot tensor (a waiting request)
+                slots.append(_NO_SLOTS)
+                continue
             a, b, c = at + working_len, at + working_len + ping_pong_len, at + working_len + ping_pong_len + cow_len
             slots.append((tuple(values[at:a]), tuple(values[a:b]), tuple(values[b:c])))
             at = c
@@ -426,7 +431,7 @@ def _split_rows(rows: list[int | None], working: Slots, ping_pong: Slots) -> lis
     index = 0
     for row in rows:
         if row is None:
-            out.append(((), ()))
+            out.append(_NO_MIRRORS)
             continue
         out.append(
             (

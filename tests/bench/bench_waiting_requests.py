@@ -12,7 +12,10 @@ step hook pauses it, where the site has that (gc_pause.py). Prints us a read (me
 of `--steps`, warm: read after read) and the cyclic GC's collections of its two older
 generations during the run (a gen-2 collection walks the whole heap).
 
-Run: `.venv/bin/python tests/bench/bench_waiting_requests.py --before-site DIR [--steps 200] [--waiting 0,100,1000,4000]`
+`--device-path`: the reader's one-copy path, which a GPU engine's slot tensors take, run on the
+same CPU tensors (its Python and dispatch cost, without a device's copy).
+
+Run: `.venv/bin/python tests/bench/bench_waiting_requests.py --before-site DIR [--device-path] [--steps 200] [--waiting 0,100,1000,4000]`
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ RUNNING = 4
 PROMPT = 40
 
 
-def measure(waiting: int, steps: int) -> dict[str, float]:
+def measure(waiting: int, steps: int, device_path: bool) -> dict[str, float]:
     from mcinspect_engine_hooks.cpu_engine import patches
 
     patches.install()  # before the first sglang import: CPU stand-ins for CUDA-only imports
@@ -49,13 +52,19 @@ def measure(waiting: int, steps: int) -> dict[str, float]:
     except ImportError:
         pause, resume = (lambda: False), (lambda: None)
 
+    class DevicePathReader(RequestReader):
+        """The reader as off the host (its one-copy path), on these host tensors."""
+
+        def _host_ints(self, plans: object) -> None:
+            return None
+
     scheduler = cpu_cache.build_cache(mamba_slots=40, kv_size=8192)
     with torch.inference_mode():
         drive = Driver(scheduler)
         decoding = drive.decoding(RUNNING, PROMPT)
         for i in range(waiting):
             drive.queue([1000 + i % 97] + list(range(i % 50, i % 50 + 300)))
-        reader = RequestReader(scheduler.req_to_token_pool)
+        reader = (DevicePathReader if device_path else RequestReader)(scheduler.req_to_token_pool)
         reader.read(held_requests(scheduler), session_kv(scheduler.tree_cache))
         times = []
         collections = [entry["collections"] for entry in gc.get_stats()]
@@ -82,12 +91,18 @@ def main() -> None:
     parser.add_argument("--before-site", help="packages to run first on the path for the 'before' column")
     parser.add_argument("--steps", type=int, default=200, help="decode steps (at most 256 - 40: the stand-in's row length)")
     parser.add_argument("--waiting", default="0,100,1000,4000", help="waiting requests, comma-separated")
+    parser.add_argument(
+        "--device-path", action="store_true", help="the reader's path for tensors off the host (a GPU engine's), on these CPU tensors"
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(measure(args.child, args.steps)))
+        print(json.dumps(measure(args.child, args.steps, args.device_path)))
         return
-    print(f"{RUNNING} decoding requests and W waiting, {args.steps} steps: us a read, median / worst (GC gen-1 / gen-2 collections)")
+    path = "the device path (one copy), on CPU tensors" if args.device_path else "the host path"
+    print(
+        f"{RUNNING} decoding requests and W waiting, {args.steps} steps, {path}: us a read, median / worst (GC gen-1 / gen-2 collections)"
+    )
     print(f"before = {args.before_site or '(none)'}")
     print(f"{'waiting':>7} {'before':>30} {'after':>30} {'ratio':>6}")
     for waiting in (int(w) for w in args.waiting.split(",")):
@@ -97,6 +112,7 @@ def main() -> None:
             if site:
                 env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
             command = [sys.executable, os.path.abspath(__file__), "--steps", str(args.steps), "--child", str(waiting)]
+            command += ["--device-path"] if args.device_path else []
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
             sides.append(json.loads(done.stdout.splitlines()[-1]))
         before, after = sides if len(sides) == 2 else [None, sides[0]]
