@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from ..checks import Violation
-from ..checks.cross_rank import MAX_PER_STEP, disagreements, reference_ranks
+from ..checks.cross_rank import MAX_PER_STEP, reference_ranks
 from ..schema import CacheState, Counters, EngineInfo
 from .findings import Findings
 from .model import SlotOwner, slot_owner
@@ -73,10 +73,10 @@ Verdicts = Callable[[int, int], tuple[Violation, ...] | None]
 """(rank, its frame index) -> tp-agree's findings at that frame, None while not compared yet."""
 
 
-def summarise(step: int | None, ranks: Sequence[RankInput], verdicts: Verdicts | None = None) -> RanksSummary:
+def summarise(step: int | None, ranks: Sequence[RankInput], verdicts: Verdicts) -> RanksSummary:
     """Every rank at `step` (the step on view), and each compared with its reference there:
-    `verdicts` says what the ranks' running comparison found (agreement.py; a tree of 100k nodes
-    compared whole is 0.3 s a rank), else they are compared here."""
+    `verdicts` says what the ranks' running comparison found (agreement.py; not compared again
+    here: a tree of 100k nodes compared whole is 0.3 s a rank)."""
     states = [_state_at(rank, step) for rank in ranks]
     references = reference_ranks([rank.source.engine() for rank in ranks])
     rows = []
@@ -90,10 +90,7 @@ def summarise(step: int | None, ranks: Sequence[RankInput], verdicts: Verdicts |
             verdict, note = "not compared", f"{'this rank' if state is None else f'rank {reference}'} has no frame at step {step}"
         else:
             assert frame is not None  # a rank's state is its frame's
-            if verdicts is not None:
-                known = verdicts(index, frame.index)
-            else:
-                known = tuple(disagreements(state.step, states[reference][1], state, index, reference))  # type: ignore[index]
+            known = verdicts(index, frame.index)
             if known is None:
                 verdict, note = "comparing", f"tp-agree has not reached step {step} yet"
             else:

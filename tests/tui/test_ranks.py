@@ -9,6 +9,8 @@ import msgspec
 from recorded_engine import RecordedEngine
 from snapshot_apps.replay_app import PINNED_NOW, load, load_ranks, make_ranks_app, stand_in_checks
 
+from mcinspect.checks import Violation, cross_rank
+from mcinspect.checks.cross_rank import disagreements
 from mcinspect.schema import CacheState, Snapshot, Step
 from mcinspect.target import Target
 from mcinspect.tui import InspectorApp, RankSources, StaticSource, attach_app, rank_summary
@@ -133,7 +135,7 @@ async def test_the_ranks_tab_compares_the_ranks_at_the_step_on_view(monkeypatch)
     def compared_again(*args: object) -> None:
         raise AssertionError("the ranks tab compared two trees again")
 
-    monkeypatch.setattr(rank_summary, "disagreements", compared_again)
+    monkeypatch.setattr(cross_rank, "disagreements", compared_again)
     app = make_ranks_app("tp2-desync")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -219,5 +221,12 @@ def test_a_step_tp_agree_has_not_reached_is_said_to_be_compared_still() -> None:
     inputs = [RankInput(source, list(source.frames()), Findings(None)) for source in ranks]
     summary = rank_summary.summarise(15, inputs, lambda rank, index: None)
     assert [row.verdict for row in summary.rows] == ["reference", "comparing"] and summary.agree is None
-    whole = rank_summary.summarise(15, inputs)  # no running comparison: compared here
+
+    # Once compared, the verdict is tp-agree's findings at the frame.
+    def compared(rank: int, index: int) -> tuple[Violation, ...]:
+        ours = ranks[rank].state_at(index)
+        reference = next(ranks[0].state_at(f.index) for f in reversed(list(ranks[0].frames())) if f.step == ours.step)
+        return tuple(disagreements(ours.step, reference, ours, rank, 0))
+
+    whole = rank_summary.summarise(15, inputs, compared)
     assert whole.rows[1].verdict.startswith("DIFFERS") and whole.agree is False
