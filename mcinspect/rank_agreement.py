@@ -81,17 +81,13 @@ class RankAgreement:
         since = pair.last_step
         if since is None:
             return None
-        changed = RankKeys()
+        changed: list[RankKeys | None] = []
         for rank in (pair.rank, pair.reference):
             frames = self._changes[rank]
             if since not in frames:
                 return None
-            for at, keys in frames.items():
-                if since < at <= step:
-                    if keys is None:
-                        return None
-                    changed.update(keys)
-        return changed
+            changed += [keys for at, keys in frames.items() if since < at <= step]
+        return RankKeys.joined(*changed)
 
     def _hold(self, rank: int, state: CacheState) -> None:
         held = self._held[rank]

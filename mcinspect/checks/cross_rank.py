@@ -87,6 +87,16 @@ class RankKeys:
         self.slots |= other.slots
         self.requests |= other.requests
 
+    @classmethod
+    def joined(cls, *changes: RankKeys | None) -> RankKeys | None:
+        """Every record any of `changes` names; None when one of them is not known."""
+        out = cls()
+        for keys in changes:
+            if keys is None:
+                return None
+            out.update(keys)
+        return out
+
 
 class PairAgreement:
     """`tp-agree` of one rank against its reference rank, step after step. Where the records

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from textual.app import App
 
-from ..checks.cross_rank import PairAgreement, reference_ranks
+from ..checks.cross_rank import PairAgreement, RankKeys, reference_ranks
 from .messages import FindingsAdvanced
 from .rank_view import RankView
 from .source import FrameGone
@@ -117,10 +117,7 @@ class AgreementIngestor:
             except FrameGone:  # what changed since the last compared step is not known now
                 self._pairs.pop(rank, None)
                 continue
-            changed = None
-            if our_changes is not None and their_changes is not None:
-                changed = our_changes
-                changed.update(their_changes)
+            changed = RankKeys.joined(our_changes, their_changes)
             rows = [ViolationRow(frame.index, v) for v in pair.compare(ours.step, reference_state, ours, changed)]
             view.findings.add(rows)
             found += len(rows)

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
 import msgspec  # noqa: E402
 from bench_check_step import frames  # noqa: E402
 
-from mcinspect.checks.cross_rank import PairAgreement, disagreements  # noqa: E402
+from mcinspect.checks.cross_rank import PairAgreement, RankKeys, disagreements  # noqa: E402
 from mcinspect.schema import CacheState  # noqa: E402
 from mcinspect.tui import replay_source  # noqa: E402
 from mcinspect.tui.model import FrameView  # noqa: E402
@@ -88,12 +88,8 @@ def agreement(ours: replay_source.ReplaySource, theirs: replay_source.ReplaySour
     gc.collect()
     for index in range(count):
         began = time.perf_counter()
-        (mine, changed), (reference, their_changes) = our_cursor.at(index), their_cursor.at(index)
-        if changed is not None and their_changes is not None:
-            changed.update(their_changes)
-        else:
-            changed = None
-        assert pair.compare(mine.step, reference, mine, changed) == []
+        (mine, our_changes), (reference, their_changes) = our_cursor.at(index), their_cursor.at(index)
+        assert pair.compare(mine.step, reference, mine, RankKeys.joined(our_changes, their_changes)) == []
         paired.append(time.perf_counter() - began)
     return whole[1:], paired[1:]
 
