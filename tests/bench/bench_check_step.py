@@ -118,19 +118,37 @@ def measure_tui(nodes: int, runs: int, steps: int) -> list[float]:
     return times[1:]
 
 
+RANK_CLOCK_SKEW = 0.5
+"""Seconds rank 1's clock runs ahead of rank 0's (`last_access`: the one node field ranks may differ in)."""
+
+
+def on_rank_one(frame: Any) -> Any:
+    """Rank 0's state or Delta as rank 1 holds it: decoded apart (a state), its nodes stamped
+    by rank 1's own clock."""
+    import msgspec
+
+    from mcinspect.schema import CacheState, Delta
+
+    def skewed(node: Any) -> Any:
+        return msgspec.structs.replace(node, last_access=node.last_access + RANK_CLOCK_SKEW)
+
+    if isinstance(frame, Delta):
+        return msgspec.structs.replace(frame, upsert_nodes=[skewed(n) for n in frame.upsert_nodes])
+    other = msgspec.msgpack.decode(msgspec.msgpack.encode(frame), type=CacheState)
+    other.nodes = {k: skewed(n) for k, n in other.nodes.items()}
+    return other
+
+
 def measure_ranks(nodes: int, runs: int, steps: int) -> list[float]:
     """`check`'s tp-agree seconds a frame of two ranks (rank_agreement.py, as `check` feeds it
     both ranks' states and frames): rank 1 is rank 0 decoded apart, its own clock stamping
     `last_access` (the one node field ranks may differ in)."""
-    import msgspec
-
     from mcinspect.rank_agreement import RankAgreement
-    from mcinspect.schema import CacheState, apply_delta, copy_state
+    from mcinspect.schema import apply_delta, copy_state
 
     made = frames(nodes, runs, steps)
     first, state = next(made)
-    other = msgspec.msgpack.decode(msgspec.msgpack.encode(state), type=CacheState)
-    other.nodes = {k: msgspec.structs.replace(n, last_access=n.last_access + 0.5) for k, n in other.nodes.items()}
+    other = on_rank_one(state)
     agreement = RankAgreement([None, None])
     takes_frame = "frame" in inspect.signature(agreement.add).parameters
     with_frame = (lambda frame: {"frame": frame}) if takes_frame else (lambda frame: {})  # noqa: E731
@@ -138,9 +156,7 @@ def measure_ranks(nodes: int, runs: int, steps: int) -> list[float]:
     agreement.add(1, copy_state(other), **with_frame(first))
     times = []
     for delta, state in made:
-        theirs = msgspec.structs.replace(
-            delta, upsert_nodes=[msgspec.structs.replace(n, last_access=n.last_access + 0.5) for n in delta.upsert_nodes]
-        )
+        theirs = on_rank_one(delta)
         apply_delta(other, theirs)
         ours_now, theirs_now = state, copy_state(other)
         began = time.perf_counter()

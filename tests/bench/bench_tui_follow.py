@@ -28,10 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
 
 import msgspec  # noqa: E402
-from bench_check_step import frames  # noqa: E402
+from bench_check_step import frames, on_rank_one  # noqa: E402
 
 from mcinspect.checks.cross_rank import PairAgreement, RankKeys, disagreements  # noqa: E402
-from mcinspect.schema import CacheState  # noqa: E402
 from mcinspect.tui import replay_source  # noqa: E402
 from mcinspect.tui.model import FrameView  # noqa: E402
 from mcinspect.tui.source import NodeChanges, deltas_between, moved_by  # noqa: E402
@@ -103,13 +102,10 @@ def main() -> None:
     replay_source.KEYFRAME_EVERY = 100  # as a live session keeps its history
     made = [frame for frame, _ in frames(args.nodes, args.runs, args.frames)]
     first = made[0]
-    other = msgspec.msgpack.decode(msgspec.msgpack.encode(first.state), type=CacheState)
-    other.nodes = {k: msgspec.structs.replace(n, last_access=n.last_access + 0.5) for k, n in other.nodes.items()}
-    clock = lambda d: msgspec.structs.replace(
-        d, upsert_nodes=[msgspec.structs.replace(n, last_access=n.last_access + 0.5) for n in d.upsert_nodes]
-    )  # noqa: E731
     ours = replay_source.ReplaySource(made, None, "rank 0")
-    theirs = replay_source.ReplaySource([msgspec.structs.replace(first, state=other), *map(clock, made[1:])], None, "rank 1")
+    theirs = replay_source.ReplaySource(
+        [msgspec.structs.replace(first, state=on_rank_one(first.state)), *map(on_rank_one, made[1:])], None, "rank 1"
+    )
     count = len(made)
     print(f"{args.nodes} nodes, {args.runs} free runs, {count} frames; ms a frame, median / worst")
     print(f"{'':<10} {'source rebuilds':>17} {'deltas between':>17} {'ratio':>8}")
